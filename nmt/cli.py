@@ -1,0 +1,58 @@
+"""Command-line entry point: ``nmt COMMAND ...``.
+
+Each command lives in ``nmt/commands/<name>.py`` with ``add_arguments(parser)`` and ``run(args) -> int``; this file
+only wires them up and turns :class:`~nmt.errors.NmtError` into one line ``error: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from nmt.errors import NmtError
+
+COMMANDS: dict[str, str] = {
+    "prepare": "download and prepare a corpus (TED talks pairs, IWSLT'15 en-vi, or local files)",
+    "train": "train a model from a YAML config",
+    "translate": "translate a file or stdin with a checkpoint",
+    "evaluate": "score hypotheses against references (sacreBLEU, chrF, tokenized BLEU, bootstrap)",
+    "average": "average the parameters of several checkpoints",
+    "bench": "measure training and decoding speed on prepared data",
+    "attention": "plot attention heatmaps for one sentence",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nmt", description="Neural machine translation with pluggable normalization.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"nmt.commands.{name}")
+        command = sub.add_parser(name, help=help_text, description=module.__doc__)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except NmtError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""Typed, frozen configuration: ``data``, ``model``, ``train`` and ``decode`` sections loaded from YAML.
+
+Defaults live only in the dataclass fields below. Loading is strict: unknown keys, wrong types and values outside
+a ``Literal`` are :class:`~nmt.errors.NmtError` naming the dotted key and the valid choices. Overrides use dotted
+keys (``train.lr=5e-4``) and are parsed as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from nmt.errors import NmtError
+
+NormName = Literal["layernorm", "scalenorm", "rmsnorm"]
+NormPosition = Literal["pre", "post"]
+AttentionName = Literal["scaled_dot", "qknorm", "qk_rmsnorm"]
+InitName = Literal["smallinit", "xavier"]
+ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
+PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
+DeviceName = Literal["auto", "cpu", "cuda"]
+SystemName = Literal[
+    "custom",
+    "postnorm_layernorm",
+    "prenorm_layernorm",
+    "prenorm_fixnorm_layernorm",
+    "prenorm_fixnorm_scalenorm",
+    "qknorm",
+]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the prepared corpus lives and how it was segmented."""
+
+    pair: str = "gl-en"
+    data_dir: str = "data"
+    bpe_size: int = 8000
+    max_len: int = 250  # training pairs with more subwords on either side are skipped (and counted)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer shape and normalization choices (read only by :func:`nmt.model.build_model`)."""
+
+    enc_layers: int = 6
+    dec_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8
+    dropout: float = 0.3
+    attn_dropout: float = 0.0
+    act_dropout: float = 0.0
+    word_dropout: float = 0.1
+    norm: NormName = "layernorm"
+    norm_position: NormPosition = "pre"
+    fixnorm: bool = True
+    init: InitName = "smallinit"
+    attention: AttentionName = "qknorm"
+    qknorm_length: float | None = None  # L for g0 = log2(L^2 - L); None: the prepared data's 97.5th percentile
+    max_positions: int = 1024
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, schedule, stopping, checkpoints and logging."""
+
+    save_dir: str = "runs/default"
+    seed: int = 1
+    device: DeviceName = "auto"
+    precision: PrecisionName = "auto"
+    max_tokens: int = 4096
+    update_freq: int = 1
+    schedule: ScheduleName = "warmup_plateau"
+    lr: float | None = None  # peak rate; None: d_model^-0.5 * warmup_steps^-0.5
+    warmup_steps: int = 8000
+    decay: float = 0.8
+    patience: int = 3
+    stop_lr: float = 1e-5
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0
+    label_smoothing: float = 0.1
+    max_steps: int = 0  # 0: no limit
+    max_epochs: int = 200
+    max_minutes: float = 0.0  # wall-clock limit, 0: no limit
+    early_stop: int = 0  # stop after this many evaluations without a new best dev BLEU; 0: off
+    eval_every: int = 1000
+    eval_sentences: int = 0  # dev sentences decoded for BLEU at each evaluation; 0: all
+    eval_beam: int = 0  # beam for validation BLEU; 0: decode.beam
+    save_every: int = 0  # also keep checkpoint_<step>.pt every N steps; 0: off
+    keep_last: int = 0  # how many checkpoint_<step>.pt to keep; 0: all
+    log_every: int = 50
+    progress: bool = True
+    tensorboard: bool = True
+    compile: bool = False
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Beam search settings shared by validation and ``nmt translate``."""
+
+    beam: int = 4
+    lenpen: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    max_tokens: int = 8000
+    nbest: int = 1
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole run: the system preset plus the four sections."""
+
+    system: SystemName = "custom"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+# The papers' named systems: model fields each one fixes. A config picks one with `system: NAME`; model keys
+# written explicitly in the config still win over the preset.
+SYSTEMS: dict[str, dict[str, Any]] = {
+    "custom": {},
+    "postnorm_layernorm": dict(norm="layernorm", norm_position="post", fixnorm=False, attention="scaled_dot"),
+    "prenorm_layernorm": dict(norm="layernorm", norm_position="pre", fixnorm=False, attention="scaled_dot"),
+    "prenorm_fixnorm_layernorm": dict(norm="layernorm", norm_position="pre", fixnorm=True, attention="scaled_dot"),
+    "prenorm_fixnorm_scalenorm": dict(norm="scalenorm", norm_position="pre", fixnorm=True, attention="scaled_dot"),
+    "qknorm": dict(norm="layernorm", norm_position="pre", fixnorm=True, attention="qknorm"),
+}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return "a list of " + ", ".join(_type_name(a) for a in typing.get_args(tp))
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it converted (int -> float, list -> tuple)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value in typing.get_args(tp) and type(value) is type(typing.get_args(tp)[0]):
+            return value
+    elif origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _coerce(key, value, option)
+            except NmtError:
+                continue
+    elif origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, (list, tuple)) and len(value) == len(args):
+            return tuple(_coerce(key, v, a) for v, a in zip(value, args, strict=True))
+    elif tp is type(None):
+        if value is None:
+            return None
+    elif tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "5e-4" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, tp):
+        return value
+    raise NmtError(f"config key '{key}': {value!r} is not {_type_name(tp)}")
+
+
+def _build(cls: Any, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise NmtError(f"unknown config key '{dotted}' (valid: {', '.join(names)})")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise NmtError(f"config key '{dotted}' must be a mapping of {', '.join(f.name for f in dataclasses.fields(tp))}")
+            kwargs[key] = _build(tp, value, f"{dotted}.")
+        else:
+            kwargs[key] = _coerce(dotted, value, tp)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise NmtError(f"config key '{dotted}': '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``section.key=value`` and parse the value as a YAML scalar."""
+    if "=" not in text:
+        raise NmtError(f"override '{text}' must look like section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def config_from_dict(tree: dict[str, Any], overrides: typing.Iterable[str] = ()) -> Config:
+    """Build a :class:`Config` from a nested dict plus dotted overrides, applying the system preset."""
+    tree = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items()}
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    system = tree.get("system", "custom")
+    if system not in SYSTEMS:
+        raise NmtError(f"config key 'system': {system!r} is not one of {', '.join(SYSTEMS)}")
+    model = tree.get("model", {})
+    if not isinstance(model, dict):
+        raise NmtError("config key 'model' must be a mapping")
+    tree["model"] = {**SYSTEMS[system], **model}
+    config: Config = _build(Config, tree, "")
+    validate(config)
+    return config
+
+
+def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> Config:
+    """Load a YAML config file and apply dotted ``section.key=value`` overrides."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NmtError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NmtError(f"cannot read config file {path}: {exc}") from None
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise NmtError(f"{path}{where}: YAML syntax error: {problem}") from None
+    if not isinstance(tree, dict):
+        raise NmtError(f"{path}: a config must be a mapping of sections (data, model, train, decode)")
+    try:
+        return config_from_dict(tree, overrides)
+    except NmtError as exc:
+        raise NmtError(f"{path}: {exc}") from None
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """Plain nested dict (lists for tuples) suitable for YAML, JSON and checkpoints."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(config))
+
+
+def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise NmtError(f"config key '{key}': {value} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def validate(config: Config) -> None:
+    """Value checks that types alone cannot express."""
+    m, t, d = config.model, config.train, config.decode
+    for key, value in [("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
+                       ("model.d_model", m.d_model), ("model.d_ff", m.d_ff), ("model.n_heads", m.n_heads),
+                       ("train.max_tokens", t.max_tokens), ("train.update_freq", t.update_freq),
+                       ("train.eval_every", t.eval_every), ("decode.beam", d.beam), ("decode.nbest", d.nbest),
+                       ("data.bpe_size", config.data.bpe_size), ("data.max_len", config.data.max_len)]:
+        _positive(key, value)
+    if m.d_model % m.n_heads:
+        raise NmtError(f"config key 'model.n_heads': d_model {m.d_model} is not divisible by {m.n_heads} heads")
+    for key, value in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
+                       ("model.act_dropout", m.act_dropout), ("model.word_dropout", m.word_dropout),
+                       ("train.label_smoothing", t.label_smoothing)]:
+        if not 0.0 <= value < 1.0:
+            raise NmtError(f"config key '{key}': {value} must be in [0, 1)")
+    if m.qknorm_length is not None and m.qknorm_length <= 1:
+        raise NmtError(f"config key 'model.qknorm_length': {m.qknorm_length} must be > 1")
+    if d.nbest > d.beam:
+        raise NmtError(f"config key 'decode.nbest': {d.nbest} exceeds decode.beam {d.beam}")
+    if "-" not in config.data.pair or len(config.data.pair.split("-")) != 2:
+        raise NmtError(f"config key 'data.pair': {config.data.pair!r} must look like src-tgt (e.g. gl-en)")

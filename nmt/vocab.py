@@ -1,0 +1,13 @@
+"""Special token ids shared by the SentencePiece model, the data cache, the model and the search.
+
+SentencePiece is trained with exactly these ids (``pad_id=0 unk_id=1 bos_id=2 eos_id=3``), so a token id means the
+same thing everywhere and no separate dictionary file is needed.
+"""
+
+from __future__ import annotations
+
+PAD = 0
+UNK = 1
+BOS = 2
+EOS = 3
+SPECIALS = 4
