@@ -1,0 +1,24 @@
+"""Train a model: ``nmt train CONFIG [--set section.key=value ...] [--resume]``.
+
+Under ``torchrun --nproc_per_node=N -m nmt train CONFIG`` every process trains with DDP (nccl on GPU, gloo on CPU).
+SIGINT/SIGTERM save checkpoint_last.pt and stop; ``--resume`` continues from it exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config (see configs/base.yaml for every option)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one config value (repeatable), e.g. --set train.max_steps=1000")
+    parser.add_argument("--resume", action="store_true", help="continue from train.save_dir/checkpoint_last.pt")
+
+
+def run(args: argparse.Namespace) -> int:
+    from nmt.config import load_config
+    from nmt.train import train
+
+    result = train(load_config(args.config, args.overrides), resume=args.resume)
+    return 128 + int(result["signal"]) if result["signal"] else 0

@@ -1,0 +1,110 @@
+"""Token-budget batches bucketed by length, reproducible from ``(seed, epoch)``.
+
+Sentences are sorted by (target, source) length with a seeded random tie-break, cut greedily into batches whose
+padded size ``n * max(longest source, longest target)`` (plus EOS/BOS) stays within ``max_tokens``, and the batch
+order is shuffled. Because the whole epoch is a pure function of ``(seed, epoch)``, a resumed run rebuilds the same
+batches and skips the ones already consumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from nmt.vocab import BOS, EOS, PAD
+
+
+@dataclass(frozen=True)
+class ParallelData:
+    """Token-id sequences (no BOS/EOS) of one split, source and target aligned by index."""
+
+    src: list[np.ndarray]
+    tgt: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target lengths including the EOS each side gets."""
+        src = np.fromiter((len(s) + 1 for s in self.src), dtype=np.int64, count=len(self.src))
+        tgt = np.fromiter((len(t) + 1 for t in self.tgt), dtype=np.int64, count=len(self.tgt))
+        return src, tgt
+
+    def filter_max_len(self, max_len: int) -> tuple[ParallelData, int]:
+        """Drop pairs with more than ``max_len`` tokens on either side; return the kept data and the drop count."""
+        keep = [i for i in range(len(self)) if len(self.src[i]) <= max_len and len(self.tgt[i]) <= max_len]
+        kept = ParallelData([self.src[i] for i in keep], [self.tgt[i] for i in keep])
+        return kept, len(self) - len(keep)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors of one batch; ``tgt_in`` starts with BOS, ``tgt_out`` ends with EOS."""
+
+    src: torch.Tensor  # (B, S)
+    tgt_in: torch.Tensor  # (B, T)
+    tgt_out: torch.Tensor  # (B, T)
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD).sum())
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int((self.src != PAD).sum())
+
+    def to(self, device: torch.device) -> Batch:
+        nb = device.type == "cuda"
+        return Batch(self.src.to(device, non_blocking=nb), self.tgt_in.to(device, non_blocking=nb),
+                     self.tgt_out.to(device, non_blocking=nb))
+
+
+def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, epoch: int,
+                 shuffle: bool = True) -> list[np.ndarray]:
+    """Index arrays of the epoch's batches, bucketed by length and shuffled with ``seed`` and ``epoch``."""
+    rng = np.random.default_rng([seed, epoch])
+    noise = rng.random(len(src_lens)) if shuffle else np.arange(len(src_lens))
+    order = np.lexsort((noise, src_lens, tgt_lens))
+    batches: list[np.ndarray] = []
+    start, longest = 0, 0
+    for pos, idx in enumerate(order):
+        size = int(max(src_lens[idx], tgt_lens[idx]))
+        if pos > start and max(longest, size) * (pos - start + 1) > max_tokens:
+            batches.append(order[start:pos])
+            start, longest = pos, 0
+        longest = max(longest, size)
+    if len(order) > start:
+        batches.append(order[start:])
+    if shuffle:
+        perm = rng.permutation(len(batches))
+        batches = [batches[i] for i in perm]
+    return batches
+
+
+def _pad(rows: list[np.ndarray], prefix: int | None, suffix: int | None) -> torch.Tensor:
+    extra = int(prefix is not None) + int(suffix is not None)
+    width = max(len(r) for r in rows) + extra
+    out = np.full((len(rows), width), PAD, dtype=np.int64)
+    for i, row in enumerate(rows):
+        start = 0
+        if prefix is not None:
+            out[i, 0] = prefix
+            start = 1
+        out[i, start:start + len(row)] = row
+        if suffix is not None:
+            out[i, start + len(row)] = suffix
+    return torch.from_numpy(out)
+
+
+def collate(data: ParallelData, indices: np.ndarray) -> Batch:
+    """Pad one batch: source gets EOS; target input gets BOS, target output gets EOS."""
+    src = [data.src[i] for i in indices]
+    tgt = [data.tgt[i] for i in indices]
+    return Batch(_pad(src, None, EOS), _pad(tgt, BOS, None), _pad(tgt, None, EOS))
+
+
+def pad_sources(rows: list[np.ndarray] | list[list[int]]) -> torch.Tensor:
+    """Source batch for decoding: each row followed by EOS, right-padded."""
+    return _pad([np.asarray(r, dtype=np.int64) for r in rows], None, EOS)

@@ -1,0 +1,106 @@
+"""Device, precision and process-group set-up, resolved once per run.
+
+``train.device=auto`` picks CUDA when present; ``train.precision=auto`` picks bf16 on GPUs that support it and
+fp32 on CPU. Under ``torchrun`` (``WORLD_SIZE > 1``) a process group is created: nccl on GPU, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from nmt.errors import NmtError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how this process computes."""
+
+    device: torch.device
+    precision: str  # fp32 | bf16 | fp16
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=DTYPES[self.precision])
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise NmtError("device 'cuda' requested but CUDA is not available (use --device cpu or auto)")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    if name == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "fp32"
+    if name == "fp16" and device.type != "cuda":
+        raise NmtError("train.precision 'fp16' needs CUDA (loss scaling); use bf16 or fp32 on CPU")
+    return name
+
+
+def setup(device: str, precision: str) -> Runtime:
+    """Create the runtime; joins the torchrun process group when launched with several processes."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local_rank)
+    if world > 1 and not dist.is_initialized():
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    rank = dist.get_rank() if world > 1 else 0
+    return Runtime(dev, resolve_precision(precision, dev), rank, world)
+
+
+def teardown(runtime: Runtime) -> None:
+    if runtime.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_sum(runtime: Runtime, values: list[float]) -> list[float]:
+    """Sum floats over ranks (identity on one process)."""
+    if not runtime.distributed:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=runtime.device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def broadcast_floats(runtime: Runtime, values: list[float]) -> list[float]:
+    """Rank 0's values on every rank, so decisions (stop, best BLEU) are shared and no rank hangs."""
+    if not runtime.distributed:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=runtime.device)
+    dist.broadcast(tensor, src=0)
+    return tensor.tolist()
+
+
+@contextlib.contextmanager
+def main_first(runtime: Runtime) -> Iterator[None]:
+    """Run the block on rank 0 first (e.g. writing files), then on the others."""
+    if runtime.distributed and not runtime.is_main:
+        dist.barrier()
+    yield
+    if runtime.distributed and runtime.is_main:
+        dist.barrier()

@@ -1,0 +1,316 @@
+"""The training loop: token-budget batches, label smoothing, Adam, the papers' schedules, validation by BLEU,
+atomic checkpoints that resume bitwise, and DDP under ``torchrun``.
+
+One plain loop (:meth:`Trainer.run`) with named helpers for a step, an evaluation and a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmt import rng
+from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint
+from nmt.config import Config, config_to_dict
+from nmt.data.batching import Batch, collate, make_batches
+from nmt.errors import NmtError
+from nmt.loss import label_smoothed_nll
+from nmt.model import build_model
+from nmt.optim import LRController, build_optimizer
+from nmt.run_log import RunLog
+from nmt.runtime import Runtime, all_sum, broadcast_floats, setup, teardown
+from nmt.train_data import TrainingData, load_training_data
+from nmt.validate import decode_ids, dev_loss, tokenized_bleu
+
+
+@dataclass
+class Progress:
+    """Everything about where a run stands that a checkpoint must carry besides tensors."""
+
+    step: int = 0
+    epoch: int = 1
+    batch_in_epoch: int = 0
+    best_bleu: float = -1.0
+    best_step: int = 0
+    evals_since_best: int = 0
+    skipped_steps: int = 0
+    train_seconds: float = 0.0
+    last_eval_step: int = -1
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule and data of one run."""
+
+    def __init__(self, cfg: Config, runtime: Runtime) -> None:
+        self.cfg, self.rt = cfg, runtime
+        self.save_dir = Path(cfg.train.save_dir)
+        self.data: TrainingData = load_training_data(cfg)
+        rng.seed_all(cfg.train.seed + runtime.rank)
+        self.model = build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length).to(runtime.device)
+        self.net: torch.nn.Module = self.model
+        if runtime.distributed:
+            ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+            self.net = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if cfg.train.compile:
+            self.net = torch.compile(self.net)  # type: ignore[assignment]
+        self.optimizer = build_optimizer(self.model, cfg.train)
+        self.lr = LRController(cfg.train, cfg.model.d_model)
+        self.scaler = torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16")
+        self.progress = Progress()
+        self.stop_signal = 0
+        self.src_lens, self.tgt_lens = self.data.train.lengths()
+
+    # ----------------------------------------------------------------------------------------------- checkpoints
+    def payload(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "config": config_to_dict(self.cfg),
+            "spm": bytes_to_tensor(self.data.spm_bytes),
+            "vocab_size": self.data.vocab_size,
+            "qknorm_length": self.data.qknorm_length,
+            "step": self.progress.step,
+            "epoch": self.progress.epoch,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.lr.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng.capture(),
+            "progress": asdict(self.progress),
+        }
+
+    def save(self, name: str) -> None:
+        if self.rt.is_main:
+            save_checkpoint(self.save_dir / name, self.payload())
+
+    def restore(self, path: Path) -> None:
+        ckpt = load_checkpoint(path, map_location=self.rt.device)
+        for section in ("model", "data"):
+            theirs, ours = ckpt["config"].get(section), config_to_dict(self.cfg)[section]
+            if theirs != ours:
+                diff = [k for k in ours if theirs is None or theirs.get(k) != ours.get(k)]
+                raise NmtError(f"checkpoint {path} was trained with another {section} config "
+                               f"(differs in {', '.join(f'{section}.{k}' for k in diff)})")
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.lr.load_state_dict(ckpt["scheduler"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        self.progress = Progress(**ckpt["progress"])
+        if self.rt.rank == 0:
+            rng.restore(ckpt["rng"])
+        else:
+            rng.seed_all(self.cfg.train.seed + 1000 * self.rt.rank + self.progress.step)
+
+    def prune_numbered(self) -> None:
+        keep = self.cfg.train.keep_last
+        if not self.rt.is_main or keep <= 0:
+            return
+        numbered = sorted(self.save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+        for old in numbered[:-keep]:
+            old.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------------------------------------- batches
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's share of the epoch: every rank gets the same number of batches."""
+        batches = make_batches(self.src_lens, self.tgt_lens, self.cfg.train.max_tokens, self.cfg.train.seed, epoch)
+        per_rank = len(batches) // self.rt.world_size
+        return batches[self.rt.rank::self.rt.world_size][:per_rank]
+
+    # ---------------------------------------------------------------------------------------------------- step
+    def train_step(self, batches: list[Batch]) -> dict[str, float]:
+        """Forward/backward over ``update_freq`` batches, then one clipped optimizer update."""
+        local = [float(sum(b.n_tgt_tokens for b in batches)), float(sum(b.n_src_tokens for b in batches))]
+        tgt_tokens, src_tokens = all_sum(self.rt, local)
+        self.net.train()
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            sync = contextlib.nullcontext() if last or not self.rt.distributed else self.net.no_sync()  # type: ignore[operator]
+            with sync:
+                with self.rt.autocast():
+                    logits = self.net(batch.src, batch.tgt_in)
+                loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+                self.scaler.scale(loss * (self.rt.world_size / tgt_tokens)).backward()
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll.detach())
+        loss_sum, nll_sum = all_sum(self.rt, [loss_sum, nll_sum])
+        step = self.progress.step + 1
+        if not math.isfinite(loss_sum) and self.rt.precision != "fp16":
+            raise NmtError(f"training loss became {loss_sum} at step {step}; stopped, the last good checkpoint "
+                           f"in {self.save_dir} is kept (try a lower train.lr or train.precision=fp32)")
+        rate = self.lr.apply(self.optimizer, step)
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.train.clip_norm if self.cfg.train.clip_norm > 0 else float("inf")
+        gnorm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scaler.is_enabled() and self.scaler.get_scale() < scale_before:
+            self.progress.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.progress.step = step
+        return {"loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens, "lr": rate, "gnorm": gnorm,
+                "tgt_tokens": tgt_tokens, "src_tokens": src_tokens}
+
+    # ---------------------------------------------------------------------------------------------- evaluation
+    def evaluate(self, log: RunLog) -> float:
+        """Dev loss and BLEU on rank 0, shared with all ranks; updates best checkpoint and the plateau schedule."""
+        p, t = self.progress, self.cfg.train
+        record: dict[str, Any] = {"step": p.step, "epoch": p.epoch}
+        bleu = 0.0
+        if self.rt.is_main:
+            self.model.eval()
+            loss, nll = dev_loss(self.model, self.data.dev, self.cfg.decode.max_tokens, self.rt, t.label_smoothing)
+            beam = t.eval_beam or self.cfg.decode.beam
+            d = self.cfg.decode
+            ids = decode_ids(self.model, self.data.dev.data.src, beam, d.lenpen, d.max_len_a, d.max_len_b,
+                             d.max_tokens, self.rt)
+            hyps = [self.data.tokenizer.decode(h) for h in ids]
+            bleu = tokenized_bleu(hyps, self.data.dev.references)
+            record.update(dev_loss=loss, dev_nll=nll, dev_ppl=math.exp(min(nll, 50)), bleu=bleu,
+                          lr=self.lr.lr(p.step), gains=self.model.qknorm_gains())
+        (bleu,) = broadcast_floats(self.rt, [bleu])
+        decayed = self.lr.observe(bleu)
+        improved = bleu > p.best_bleu
+        if improved:
+            p.best_bleu, p.best_step, p.evals_since_best = bleu, p.step, 0
+        else:
+            p.evals_since_best += 1
+        p.last_eval_step = p.step
+        if self.rt.is_main:
+            record.update(best_bleu=p.best_bleu, lr_decayed=decayed)
+            p.history.append(record)
+            with open(self.save_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+            gains = record.pop("gains")
+            log.line(f"eval step {p.step} | dev loss {record['dev_loss']:.3f} | dev ppl {record['dev_ppl']:.2f} | "
+                     f"dev BLEU {bleu:.2f} (best {p.best_bleu:.2f} at {p.best_step})"
+                     + (" | lr decayed" if decayed else ""))
+            log.scalars(p.step, {"loss": record["dev_loss"], "nll": record["dev_nll"], "bleu": bleu}, "dev")
+            log.scalars(p.step, gains, "qknorm_g")
+        if improved:
+            self.save("checkpoint_best.pt")
+        self.save("checkpoint_last.pt")
+        return bleu
+
+    # -------------------------------------------------------------------------------------------------- stopping
+    def stop_reason(self, started: float, start_seconds: float) -> str:
+        p, t = self.progress, self.cfg.train
+        reasons = [
+            (self.stop_signal != 0, "interrupted"),
+            (t.max_steps > 0 and p.step >= t.max_steps, f"reached train.max_steps={t.max_steps}"),
+            (p.epoch > t.max_epochs, f"reached train.max_epochs={t.max_epochs}"),
+            (t.max_minutes > 0 and start_seconds + time.time() - started >= 60 * t.max_minutes,
+             f"reached train.max_minutes={t.max_minutes}"),
+            (t.early_stop > 0 and p.evals_since_best >= t.early_stop,
+             f"no dev BLEU improvement in {t.early_stop} evaluations"),
+            (self.lr.exhausted(p.step), f"learning rate fell below train.stop_lr={t.stop_lr}"),
+        ]
+        codes = [float(flag) for flag, _ in reasons]
+        codes = broadcast_floats(self.rt, codes)
+        return next((text for code, (_, text) in zip(codes, reasons, strict=True) if code), "")
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = signum
+
+    # ------------------------------------------------------------------------------------------------------ run
+    def run(self, resume: bool) -> dict[str, Any]:
+        last = self.save_dir / "checkpoint_last.pt"
+        if resume and last.exists():
+            self.restore(last)
+        elif last.exists():
+            raise NmtError(f"{self.save_dir} already holds a run (checkpoint_last.pt); pass --resume to continue it "
+                           "or set another train.save_dir")
+        if self.rt.is_main:
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+            self.write_run_files()
+        p, t = self.progress, self.cfg.train
+        log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
+        log.line(self.describe(resumed=resume and p.step > 0))
+        handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        started, start_seconds = time.time(), p.train_seconds
+        window = {"tokens": 0.0, "time": time.time(), "steps": 0}
+        reason = ""
+        try:
+            while not (reason := self.stop_reason(started, start_seconds)):
+                batches = self.epoch_batches(p.epoch)
+                uf = t.update_freq
+                if p.batch_in_epoch + uf > len(batches):
+                    p.epoch, p.batch_in_epoch = p.epoch + 1, 0
+                    continue
+                chunk = batches[p.batch_in_epoch:p.batch_in_epoch + uf]
+                stats = self.train_step([collate(self.data.train, ix).to(self.rt.device) for ix in chunk])
+                p.batch_in_epoch += uf
+                p.train_seconds = start_seconds + time.time() - started
+                window["tokens"] += stats["tgt_tokens"] + stats["src_tokens"]
+                window["steps"] += 1
+                self.report(log, stats, window)
+                if p.step % t.eval_every == 0:
+                    self.evaluate(log)
+                if t.save_every > 0 and p.step % t.save_every == 0:
+                    self.save(f"checkpoint_{p.step}.pt")
+                    self.prune_numbered()
+            if p.last_eval_step != p.step and reason != "interrupted":
+                self.evaluate(log)
+            elif p.last_eval_step != p.step or reason == "interrupted":
+                self.save("checkpoint_last.pt")
+            log.line(f"stopped at step {p.step} (epoch {p.epoch}): {reason}; best dev BLEU {p.best_bleu:.2f} "
+                     f"at step {p.best_step}" + (f"; {p.skipped_steps} fp16 steps skipped" if p.skipped_steps else ""))
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            log.close()
+        return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
+                "reason": reason, "signal": self.stop_signal, "train_seconds": p.train_seconds}
+
+    def report(self, log: RunLog, stats: dict[str, float], window: dict[str, float]) -> None:
+        p, t = self.progress, self.cfg.train
+        elapsed = max(time.time() - window["time"], 1e-9)
+        tok_s = window["tokens"] / elapsed
+        log.advance(1, {"loss": f"{stats['loss']:.3f}", "lr": f"{stats['lr']:.2e}", "tok/s": f"{tok_s:.0f}"})
+        if p.step % t.log_every == 0:
+            log.line(f"step {p.step} | epoch {p.epoch} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
+                     f"lr {stats['lr']:.3e} | gnorm {stats['gnorm']:.3f} | batch {stats['tgt_tokens']:.0f} tgt + "
+                     f"{stats['src_tokens']:.0f} src tokens | {tok_s:.0f} tok/s")
+            log.scalars(p.step, {"loss": stats["loss"], "nll": stats["nll"], "lr": stats["lr"],
+                                 "gnorm": stats["gnorm"], "tokens_per_s": tok_s,
+                                 "batch_tokens": stats["tgt_tokens"]}, "train")
+            log.scalars(p.step, self.model.qknorm_gains(), "qknorm_g")
+            window.update(tokens=0.0, time=time.time(), steps=0)
+
+    def describe(self, resumed: bool) -> str:
+        n_params = sum(p.numel() for p in self.model.parameters())
+        d = self.data
+        return (f"{'resuming' if resumed else 'training'} {self.cfg.system} on {self.cfg.data.pair}: "
+                f"{n_params / 1e6:.2f}M parameters, {len(d.train)} training pairs ({d.dropped_long} longer than "
+                f"data.max_len skipped), {len(d.dev.data)} dev pairs, vocab {d.vocab_size}, QKNorm L "
+                f"{d.qknorm_length:.1f}, device {self.rt.device} x{self.rt.world_size}, precision "
+                f"{self.rt.precision}, step {self.progress.step}")
+
+    def write_run_files(self) -> None:
+        import yaml
+
+        resolved = config_to_dict(self.cfg)
+        resolved["resolved"] = {"qknorm_length": self.data.qknorm_length,
+                                "qknorm_length_source": self.data.qknorm_length_source,
+                                "vocab_size": self.data.vocab_size}
+        (self.save_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        (self.save_dir / "spm.model").write_bytes(self.data.spm_bytes)
+
+
+def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
+    """Train according to ``cfg`` (resuming ``checkpoint_last.pt`` when asked); returns a summary dict."""
+    runtime = setup(cfg.train.device, cfg.train.precision)
+    try:
+        return Trainer(cfg, runtime).run(resume)
+    finally:
+        teardown(runtime)

@@ -1,0 +1,60 @@
+"""Load the prepared corpus a training run needs: filtered training pairs, the dev set and the tokenizer."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt.config import Config
+from nmt.data.batching import ParallelData
+from nmt.data.binarized import load_split
+from nmt.data.bpe import SentencePieceTokenizer
+from nmt.errors import NmtError
+from nmt.validate import DevSet
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    train: ParallelData
+    dev: DevSet
+    dropped_long: int
+    vocab_size: int
+    qknorm_length: float
+    qknorm_length_source: str
+    spm_bytes: bytes
+    tokenizer: SentencePieceTokenizer
+
+
+def read_meta(pair_dir: Path) -> dict:
+    meta_path = pair_dir / "meta.json"
+    if not meta_path.is_file():
+        raise NmtError(f"no prepared data at {pair_dir} (missing meta.json); run `nmt prepare "
+                       f"{pair_dir.name} --data-dir {pair_dir.parent}` first")
+    try:
+        return dict(json.loads(meta_path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise NmtError(f"{meta_path} is corrupt ({exc}); rerun `nmt prepare` with --force") from None
+
+
+def load_training_data(cfg: Config) -> TrainingData:
+    pair_dir = Path(cfg.data.data_dir) / cfg.data.pair
+    meta = read_meta(pair_dir)
+    src, tgt = meta["src"], meta["tgt"]
+    train = ParallelData(load_split(pair_dir, "train", src), load_split(pair_dir, "train", tgt))
+    train, dropped = train.filter_max_len(cfg.data.max_len)
+    if len(train) == 0:
+        raise NmtError(f"no training pairs in {pair_dir} within data.max_len={cfg.data.max_len}")
+    dev = ParallelData(load_split(pair_dir, "dev", src), load_split(pair_dir, "dev", tgt))
+    refs_path = pair_dir / "raw" / f"dev.{tgt}"
+    references = refs_path.read_text(encoding="utf-8").splitlines()
+    n = cfg.train.eval_sentences or len(dev)
+    dev = ParallelData(dev.src[:n], dev.tgt[:n])
+    if cfg.model.qknorm_length is not None:
+        length, source = cfg.model.qknorm_length, "config model.qknorm_length"
+    else:
+        length, source = float(meta["length_p975"]), f"97.5th percentile of {pair_dir}/train lengths"
+    spm_path = pair_dir / "spm.model"
+    spm_bytes = spm_path.read_bytes()
+    return TrainingData(train, DevSet(dev, references[:n]), dropped, int(meta["vocab_size"]), length, source,
+                        spm_bytes, SentencePieceTokenizer(spm_path))

@@ -1,0 +1,61 @@
+"""Validation: teacher-forced dev loss and dev BLEU from the same beam search that ``nmt translate`` uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sacrebleu
+import torch
+
+from nmt.data.batching import ParallelData, collate, make_batches, pad_sources
+from nmt.loss import label_smoothed_nll
+from nmt.runtime import Runtime
+from nmt.search import beam_search
+
+
+@dataclass(frozen=True)
+class DevSet:
+    data: ParallelData
+    references: list[str]  # the raw (tokenized) target text, for the papers' tokenized BLEU
+
+
+def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runtime,
+             epsilon: float) -> tuple[float, float]:
+    """Per-token label-smoothed loss and NLL on the whole dev set."""
+    src_lens, tgt_lens = dev.data.lengths()
+    total = nll_total = tokens = 0.0
+    with torch.no_grad(), runtime.autocast():
+        for indices in make_batches(src_lens, tgt_lens, max_tokens, seed=0, epoch=0, shuffle=False):
+            batch = collate(dev.data, indices).to(runtime.device)
+            loss, nll = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, epsilon)
+            total += float(loss)
+            nll_total += float(nll)
+            tokens += batch.n_tgt_tokens
+    return total / max(tokens, 1), nll_total / max(tokens, 1)
+
+
+def decode_ids(model: torch.nn.Module, sources: list[np.ndarray], beam: int, lenpen: float, max_len_a: float,
+               max_len_b: int, max_tokens: int, runtime: Runtime) -> list[list[int]]:
+    """Best hypothesis ids for each source, decoded in length-sorted token-budget batches, input order kept."""
+    order = np.argsort([len(s) for s in sources], kind="stable")
+    out: list[list[int]] = [[] for _ in sources]
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (len(sources[order[end]]) + 1) * (end - start + 1) * beam <= max_tokens:
+            end += 1
+        chunk = order[start:end]
+        src = pad_sources([sources[i] for i in chunk]).to(runtime.device)
+        with torch.no_grad(), runtime.autocast():
+            hyps = beam_search(model, src, beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
+                               nbest=1)
+        for i, nbest in zip(chunk, hyps, strict=True):
+            out[int(i)] = list(nbest[0].tokens)
+        start = end
+    return out
+
+
+def tokenized_bleu(hypotheses: list[str], references: list[str]) -> float:
+    """The papers' BLEU: multi-bleu.perl on tokenized text == sacrebleu with ``tokenize='none'``."""
+    return float(sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score)
