@@ -1,0 +1,186 @@
+"""Beam and greedy search against scripted decoders (hand-written per-step probability tables)."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import Tensor
+
+from nmt.search import Hypothesis, beam_search, greedy_search, length_penalty
+from nmt.vocab import BOS, EOS, PAD
+
+A, B, C, D = 4, 5, 6, 7
+VOCAB = 8
+
+
+@dataclass
+class ScriptState:
+    """One row per live hypothesis: the source sentence and the prefix fed so far (BOS first)."""
+
+    rows: list[tuple[tuple[int, ...], tuple[int, ...]]]
+
+    def select(self, index: Tensor) -> ScriptState:
+        return ScriptState([self.rows[i] for i in index.tolist()])
+
+
+class ScriptedDecoder:
+    """A fake Seq2Seq whose next-token distribution is a function of (source, prefix).
+
+    ``table`` maps a prefix (generated tokens, without BOS) to ``{token: probability}``; missing tokens get
+    probability 0 and a missing prefix uses ``default``. ``rows_per_step`` records how many rows each step ran on.
+    """
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]] | None = None,
+                 default: dict[int, float] | None = None) -> None:
+        self.table = table or {}
+        self.default = default or {EOS: 1.0}
+        self.rows_per_step: list[int] = []
+
+    def start(self, src: Tensor) -> ScriptState:
+        return ScriptState([(tuple(row), ()) for row in src.tolist()])
+
+    def distribution(self, src: tuple[int, ...], prefix: tuple[int, ...]) -> Tensor:
+        probs = self.table.get(prefix[1:], self.default)
+        out = torch.full((VOCAB,), -math.inf)
+        for token, p in probs.items():
+            out[token] = math.log(p)
+        return out
+
+    def step(self, prev: Tensor, state: ScriptState) -> tuple[Tensor, ScriptState]:
+        self.rows_per_step.append(len(state.rows))
+        rows = [(src, prefix + (token,)) for (src, prefix), token in zip(state.rows, prev.tolist())]
+        log_probs = torch.stack([self.distribution(src, prefix) for src, prefix in rows])
+        return log_probs, ScriptState(rows)
+
+
+class PseudoRandomDecoder(ScriptedDecoder):
+    """Deterministic 'random' distributions keyed by (non-pad source, prefix): the same row gives the same numbers
+    whatever batch it is in, so batched and one-by-one decoding must agree exactly."""
+
+    def __init__(self, vocab: int = 12, eos_boost: float = 0.0) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.eos_boost = eos_boost
+
+    def distribution(self, src: tuple[int, ...], prefix: tuple[int, ...]) -> Tensor:
+        key = repr((tuple(t for t in src if t != PAD), prefix)).encode()
+        gen = torch.Generator().manual_seed(zlib.crc32(key))
+        logits = torch.randn(self.vocab, generator=gen) * 2
+        logits[EOS] += self.eos_boost * (len(prefix) - 1)
+        return torch.log_softmax(logits, dim=0)
+
+
+# Step 1 has EOS ranked first (finishes [b]) and ranked below the beam (a-EOS, dropped); the penalised scores of
+# [b] (p=0.32, |y|=2) and [a c] (p=0.30, |y|=3) swap order between alpha=0 and alpha=1.
+TABLE = {
+    (): {A: 0.6, B: 0.4},
+    (A,): {EOS: 0.1, C: 0.5, D: 0.4},
+    (B,): {EOS: 0.8, C: 0.2},
+}
+
+
+def test_exact_hypotheses_and_scores_without_length_penalty() -> None:
+    model = ScriptedDecoder(TABLE)
+    (hyps,) = beam_search(model, torch.tensor([[A, B]]), beam=2, lenpen=0.0, nbest=2)
+    assert [h.tokens for h in hyps] == [[B], [A, C]]
+    assert hyps[0].score == pytest.approx(math.log(0.32), abs=1e-5)
+    assert hyps[1].score == pytest.approx(math.log(0.30), abs=1e-5)
+    assert hyps[0].logprob == pytest.approx(hyps[0].score)
+    assert hyps[1].positional_scores == pytest.approx([math.log(0.6), math.log(0.5), math.log(1.0)], abs=1e-5)
+    # One row at step 0 (no duplicate beams), two live beams after, and nothing after the sentence is done.
+    assert model.rows_per_step == [1, 2, 2]
+
+
+def test_length_penalty_changes_the_winner() -> None:
+    (hyps,) = beam_search(ScriptedDecoder(TABLE), torch.tensor([[A, B]]), beam=2, lenpen=1.0, nbest=2)
+    assert [h.tokens for h in hyps] == [[A, C], [B]]
+    assert hyps[0].score == pytest.approx(math.log(0.30) / length_penalty(3, 1.0), abs=1e-5)
+    assert hyps[1].score == pytest.approx(math.log(0.32) / (7 / 6), abs=1e-5)  # |y| = 2 counts EOS
+    assert hyps[0].logprob == pytest.approx(math.log(0.30), abs=1e-5)
+
+
+def test_nbest_sorted_and_eos_moves_to_finished() -> None:
+    (hyps,) = beam_search(ScriptedDecoder(TABLE), torch.tensor([[A]]), beam=3, lenpen=0.0, nbest=3)
+    # Beam 3: step 1 candidates b-EOS .32, a-c .30, a-d .24, b-c .08, a-EOS .06; b-EOS finishes, 3 stay live.
+    assert [h.tokens for h in hyps] == [[B], [A, C], [A, D]]
+    scores = [h.score for h in hyps]
+    assert scores == sorted(scores, reverse=True)
+    for h in hyps:
+        assert EOS not in h.tokens and BOS not in h.tokens
+        assert len(h.positional_scores) == len(h.tokens) + 1
+        assert sum(h.positional_scores) == pytest.approx(h.logprob, abs=1e-5)
+
+
+class LastTokenDecoder(ScriptedDecoder):
+    """Distribution depends only on the last generated token; EOS is unlikely, so only the length limit ends."""
+
+    START = {A: 0.7, B: 0.25, EOS: 0.05}
+    AFTER = {A: {A: 0.8, B: 0.15, EOS: 0.05}, B: {A: 0.5, B: 0.4, EOS: 0.1}}
+
+    def distribution(self, src: tuple[int, ...], prefix: tuple[int, ...]) -> Tensor:
+        self.table = {prefix[1:]: self.AFTER[prefix[-1]] if len(prefix) > 1 else self.START}
+        return super().distribution(src, prefix)
+
+
+def test_max_length_cutoff_forces_eos() -> None:
+    # step 1 keeps AA .56, BA .125; step 2 keeps AAA .448, BAA .1; step 3 (= max length) forces EOS (p .05).
+    (hyps,) = beam_search(LastTokenDecoder(), torch.tensor([[A, A, A, A]]), beam=2, lenpen=0.0,
+                          max_len_a=0.0, max_len_b=3, nbest=2)
+    assert [h.tokens for h in hyps] == [[A, A, A], [B, A, A]]
+    assert hyps[0].logprob == pytest.approx(math.log(0.7 * 0.8 * 0.8 * 0.05), abs=1e-5)
+    assert hyps[1].logprob == pytest.approx(math.log(0.25 * 0.5 * 0.8 * 0.05), abs=1e-5)
+
+
+RARE_EOS = {A: 0.6, B: 0.3, C: 0.09, EOS: 0.01}  # EOS never within the beam: only the length limit ends
+
+
+def test_max_length_is_per_sentence_non_pad_length() -> None:
+    never_ends = ScriptedDecoder(default=RARE_EOS)
+    src = torch.tensor([[C, C, PAD, PAD], [C, C, C, C]])
+    for search in (lambda s: beam_search(never_ends, s, beam=2, lenpen=1.0, max_len_a=1.0, max_len_b=1),
+                   lambda s: greedy_search(never_ends, s, lenpen=1.0, max_len_a=1.0, max_len_b=1)):
+        short, long = search(src)
+        assert short[0].tokens == [A] * 3 and long[0].tokens == [A] * 5
+
+
+def test_finished_sentences_leave_the_batch() -> None:
+    model = ScriptedDecoder(default=RARE_EOS)
+    beam_search(model, torch.tensor([[C, PAD], [C, C]]), beam=2, lenpen=0.0, max_len_a=1.0, max_len_b=0)
+    assert model.rows_per_step == [2, 4, 2]  # sentence 0 is done at step 1 (max length 1)
+
+
+def test_beam_one_equals_greedy() -> None:
+    model = PseudoRandomDecoder(eos_boost=0.7)
+    src = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 10], [11, 0, 0, 0]])
+    beam = beam_search(model, src, beam=1, lenpen=0.6, max_len_b=10)
+    greedy = greedy_search(model, src, lenpen=0.6, max_len_b=10)
+    for (b,), (g,) in zip(beam, greedy):
+        assert b.tokens == g.tokens
+        assert b.score == pytest.approx(g.score, abs=1e-5)
+        assert b.positional_scores == pytest.approx(g.positional_scores, abs=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3, 5])
+def test_batched_equals_one_by_one(beam: int) -> None:
+    model = PseudoRandomDecoder(eos_boost=0.5)
+    src = torch.tensor([[4, 5, 6, 0, 0], [7, 8, 9, 10, 11], [11, 0, 0, 0, 0], [5, 5, 0, 0, 0]])
+    batched = beam_search(model, src, beam=beam, lenpen=0.6, max_len_b=8, nbest=beam)
+    for i in range(src.size(0)):
+        row = src[i : i + 1, : int((src[i] != PAD).sum())]
+        (single,) = beam_search(model, row, beam=beam, lenpen=0.6, max_len_b=8, nbest=beam)
+        assert [h.tokens for h in single] == [h.tokens for h in batched[i]]
+        assert [h.score for h in single] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+
+
+def test_nbest_larger_than_beam_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        beam_search(ScriptedDecoder(TABLE), torch.tensor([[A]]), beam=2, nbest=3)
+
+
+def test_hypothesis_is_a_plain_record() -> None:
+    h = Hypothesis([4, 5], -1.0, -1.5, [-0.5, -0.5, -0.5])
+    assert h.tokens == [4, 5] and h.score == -1.0
