@@ -1,0 +1,36 @@
+"""nmt: neural machine translation with pluggable normalization; the reference implementation of QKNorm.
+
+Public API for scripting experiments::
+
+    import nmt
+    cfg = nmt.load_config("configs/gl-en.yaml", overrides=["model.d_model=256"])
+    model = nmt.build_model(cfg.model, vocab_size=8000, qknorm_length=79)
+    translator = nmt.Translator.from_checkpoint("runs/gl-en/checkpoint_best.pt")
+    translator.translate(["Ola mundo ."], pretokenized=True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nmt.config import Config, config_from_dict, load_config
+
+__all__ = ["Config", "Translator", "build_model", "config_from_dict", "load_config", "train"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # torch-heavy pieces load lazily so `nmt --help` and config checks stay fast
+    if name == "build_model":
+        from nmt.model import build_model
+
+        return build_model
+    if name == "Translator":
+        from nmt.translate import Translator
+
+        return Translator
+    if name == "train":
+        from nmt.train import train
+
+        return train
+    raise AttributeError(f"module 'nmt' has no attribute {name!r}")
