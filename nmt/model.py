@@ -1,0 +1,275 @@
+"""The encoder-decoder Transformer, its incremental-decoding state, and :func:`build_model`.
+
+``build_model`` is the only reader of :class:`~nmt.config.ModelConfig`; every module below takes plain arguments.
+Contracts (``forward``, ``start``/``step``/``select``, ``qknorm_gains``, ``attention_maps``) are in
+``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt.config import ModelConfig
+from nmt.errors import NmtError
+from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
+from nmt.modules.embeddings import TiedEmbedding
+from nmt.modules.feedforward import FeedForward
+from nmt.modules.layers import DecoderLayer, EncoderLayer, Residual
+from nmt.modules.norms import NORMS
+from nmt.vocab import PAD
+
+_CACHE_START = 32  # initial self-attention cache capacity in positions; doubled when full
+
+
+def padding_mask(src: Tensor) -> Tensor | None:
+    """Boolean key mask (B, 1, 1, S), True = real token; None when ``src`` has no PAD (keeps fused kernels fast).
+
+    A row that is entirely PAD attends to all its positions rather than to none, so no softmax row is empty (NaN).
+    """
+    pad = src.eq(PAD)
+    if not bool(pad.any()):
+        return None
+    keep = ~pad | pad.all(-1, keepdim=True)
+    return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderState:
+    """Incremental decoding state; every tensor has the batch/beam rows on the dimension ``select`` indexes.
+
+    Attributes:
+        memory_kv: cross-attention keys and values of every decoder layer, (L, 2, N, H, S, D/H).
+        src_mask: source key mask (N, 1, 1, S), or None when no source has padding.
+        self_kv: self-attention key/value buffer of every layer, (L, 2, N, H, capacity, D/H).
+        length: number of target positions decoded so far.
+    """
+
+    memory_kv: Tensor
+    src_mask: Tensor | None
+    self_kv: Tensor
+    length: int
+
+    def select(self, index: Tensor) -> DecoderState:
+        """Keep/reorder batch rows: row ``i`` of the result is row ``index[i]`` of this state."""
+        return DecoderState(
+            memory_kv=self.memory_kv.index_select(2, index),
+            src_mask=None if self.src_mask is None else self.src_mask.index_select(0, index),
+            self_kv=self.self_kv.index_select(2, index),
+            length=self.length,
+        )
+
+
+class Encoder(nn.Module):
+    """A stack of encoder layers, with a final norm under PreNorm (``nn.Identity`` under PostNorm)."""
+
+    def __init__(self, layers: list[EncoderLayer], final_norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+
+    def forward(self, x: Tensor, mask: Tensor | None, records: list[list[Tensor]] | None = None) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, None if records is None else records[i])
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of decoder layers, with a final norm under PreNorm (``nn.Identity`` under PostNorm)."""
+
+    def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        records: list[tuple[list[Tensor], list[Tensor]]] | None = None,
+    ) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, None if records is None else records[i])
+        return self.final_norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer over one joint vocabulary with tied embeddings.
+
+    Args:
+        embed: the shared token embedding (inputs of both sides and the output projection).
+        encoder: the encoder stack.
+        decoder: the decoder stack.
+    """
+
+    def __init__(self, embed: TiedEmbedding, encoder: Encoder, decoder: Decoder) -> None:
+        super().__init__()
+        self.embed = embed
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def encode(self, src: Tensor, table: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """Encode ``src`` (B, S); returns the memory (B, S, D) and the source key mask (B, 1, 1, S) or None."""
+        mask = padding_mask(src)
+        return self.encoder(self.embed(src, table), mask), mask
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Logits (B, T, V) for target inputs ``tgt_in`` (B, T, starting with BOS) given ``src`` (B, S)."""
+        table = self.embed.table()
+        memory, src_mask = self.encode(src, table)
+        h = self.decoder(self.embed(tgt_in, table), memory, src_mask)
+        return self.embed.logits(h, table)
+
+    @torch.no_grad()
+    def start(self, src: Tensor) -> DecoderState:
+        """Encode ``src`` (N, S) and precompute every layer's cross-attention keys/values; empty self cache."""
+        memory, src_mask = self.encode(src)
+        memory_kv = torch.stack(
+            [torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder.layers]
+        )  # L x 2 x (N, H, S, D/H) -> (L, 2, N, H, S, D/H)
+        L, _, N, H, _, d_head = memory_kv.shape
+        self_kv = memory_kv.new_zeros(L, 2, N, H, min(_CACHE_START, self.embed.positions.size(0)), d_head)
+        return DecoderState(memory_kv=memory_kv, src_mask=src_mask, self_kv=self_kv, length=0)
+
+    @torch.no_grad()
+    def step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Decode one position: ``prev`` (N,) is the previous token (BOS at step 0).
+
+        Returns:
+            float32 log-probabilities (N, V) of the next token, and the advanced state.
+        """
+        t = state.length
+        self_kv = state.self_kv
+        if t == self_kv.size(-2):  # grow the buffer geometrically: amortized O(1) copies per step
+            grown = self_kv.new_zeros(*self_kv.shape[:-2], 2 * t, self_kv.size(-1))
+            grown[..., :t, :] = self_kv
+            self_kv = grown
+        table = self.embed.table()
+        x = self.embed(prev[:, None], table, offset=t)  # (N,) -> (N, 1, D)
+        for i, layer in enumerate(self.decoder.layers):
+            x = layer.step(x, self_kv[i], t, state.memory_kv[i, 0], state.memory_kv[i, 1], state.src_mask)
+        logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
+        state = DecoderState(memory_kv=state.memory_kv, src_mask=state.src_mask, self_kv=self_kv, length=t + 1)
+        return F.log_softmax(logits.float(), dim=-1), state
+
+    def attention_modules(self) -> dict[str, MultiHeadAttention]:
+        """Every attention module by name: ``encoder.{i}.self_attn``, ``decoder.{i}.self_attn|cross_attn``."""
+        modules: dict[str, MultiHeadAttention] = {}
+        for i, enc in enumerate(self.encoder.layers):
+            modules[f"encoder.{i}.self_attn"] = enc.self_attn
+        for i, dec in enumerate(self.decoder.layers):
+            modules[f"decoder.{i}.self_attn"] = dec.self_attn
+            modules[f"decoder.{i}.cross_attn"] = dec.cross_attn
+        return modules
+
+    def qknorm_gains(self) -> dict[str, float]:
+        """The learned QKNorm gain g of every attention module (empty when not using QKNorm)."""
+        return {
+            name: float(attn.scoring.gain.detach())
+            for name, attn in self.attention_modules().items()
+            if isinstance(attn.scoring, QKNorm)
+        }
+
+    @torch.no_grad()
+    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> dict[str, list[Tensor]]:
+        """Attention weights through the explicit path: keys ``encoder``, ``decoder``, ``cross``, each a list of
+        one (B, H, Tq, Tk) float32 tensor per layer."""
+        table = self.embed.table()
+        enc_records: list[list[Tensor]] = [[] for _ in self.encoder.layers]
+        dec_records: list[tuple[list[Tensor], list[Tensor]]] = [([], []) for _ in self.decoder.layers]
+        src_mask = padding_mask(src)
+        memory = self.encoder(self.embed(src, table), src_mask, enc_records)
+        self.decoder(self.embed(tgt_in, table), memory, src_mask, dec_records)
+        return {
+            "encoder": [r[0] for r in enc_records],
+            "decoder": [r[0][0] for r in dec_records],
+            "cross": [r[1][0] for r in dec_records],
+        }
+
+
+def _small_init(model: Transformer) -> None:
+    """SmallInit (arXiv 1910.05895): attention N(0, sqrt(2/(5d))), feed-forward N(0, sqrt(2/(d+d_ff))), biases 0."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            std = math.sqrt(2.0 / (5 * module.d_model))
+            linears = [module.in_proj, module.out_proj]
+        elif isinstance(module, FeedForward):
+            std = math.sqrt(2.0 / (module.up.in_features + module.up.out_features))
+            linears = [module.up, module.down]
+        else:
+            continue
+        for linear in linears:
+            nn.init.normal_(linear.weight, 0.0, std)
+            nn.init.zeros_(linear.bias)
+
+
+def _xavier_init(model: Transformer) -> None:
+    """Xavier-uniform weights (each of q, k, v initialized as its own d x d matrix), biases 0."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            for weight in [*module.in_proj.weight.chunk(3), module.out_proj.weight]:
+                nn.init.xavier_uniform_(weight)
+            linears = [module.in_proj, module.out_proj]
+        elif isinstance(module, FeedForward):
+            linears = [module.up, module.down]
+            for linear in linears:
+                nn.init.xavier_uniform_(linear.weight)
+        else:
+            continue
+        for linear in linears:
+            nn.init.zeros_(linear.bias)
+
+
+INITS: dict[str, Callable[[Transformer], None]] = {"smallinit": _small_init, "xavier": _xavier_init}
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, qknorm_length: float | None) -> Transformer:
+    """Build the Transformer described by ``cfg``.
+
+    Args:
+        cfg: the model section of the config.
+        vocab_size: size of the joint vocabulary.
+        qknorm_length: L for QKNorm's initial gain log2(L^2 - L), resolved by the caller (``model.qknorm_length``
+            if set, else the prepared data's ``length_p975``); falls back to ``cfg.qknorm_length`` when None.
+
+    Raises:
+        NmtError: QKNorm is selected but no length is known.
+    """
+    length = qknorm_length if qknorm_length is not None else cfg.qknorm_length
+    if cfg.attention == "qknorm" and length is None:
+        raise NmtError("model.attention is qknorm but model.qknorm_length is unset and no data length was given; "
+                       "set model.qknorm_length (the L of g0 = log2(L^2 - L))")
+    if cfg.attention == "qknorm" and length is not None and length <= 1:
+        raise NmtError(f"model.qknorm_length: L={length} must be > 1")
+    d, pre = cfg.d_model, cfg.norm_position == "pre"
+    norm, scoring = NORMS[cfg.norm], ATTENTIONS[cfg.attention]
+
+    def attention() -> MultiHeadAttention:
+        return MultiHeadAttention(d, cfg.n_heads, scoring(d // cfg.n_heads, length), cfg.attn_dropout)
+
+    def residual() -> Residual:
+        return Residual(norm(d), cfg.dropout, pre)
+
+    def ffn() -> FeedForward:
+        return FeedForward(d, cfg.d_ff, cfg.act_dropout)
+
+    def final_norm() -> nn.Module:
+        return norm(d) if pre else nn.Identity()
+
+    encoder = Encoder([EncoderLayer(attention(), ffn(), residual(), residual()) for _ in range(cfg.enc_layers)],
+                      final_norm())
+    decoder = Decoder(
+        [DecoderLayer(attention(), attention(), ffn(), residual(), residual(), residual())
+         for _ in range(cfg.dec_layers)],
+        final_norm(),
+    )
+    embed = TiedEmbedding(vocab_size, d, cfg.fixnorm, cfg.max_positions, cfg.dropout, cfg.word_dropout)
+    model = Transformer(embed, encoder, decoder)
+    INITS[cfg.init](model)
+    return model

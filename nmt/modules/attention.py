@@ -1,0 +1,239 @@
+"""Multi-head attention with pluggable query/key scoring, a fused and an explicit-weights path, and KV caching.
+
+A scoring module transforms the per-head queries and keys before the dot product and names the scale that
+``F.scaled_dot_product_attention`` applies: plain scaled dot product, QKNorm, or per-head RMSNorm. Keys are cached
+*after* this transform, so incremental decoding never renormalizes old keys.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt.modules.norms import RMSNorm
+
+
+class Scoring(nn.Module):
+    """How per-head queries and keys are scored: transforms applied to each, and the logit scale.
+
+    Subclasses share the constructor ``(d_head, length)`` so :data:`ATTENTIONS` maps a name to a constructor.
+    """
+
+    scale: float | None = None  # None: scaled_dot_product_attention's default 1/sqrt(d_head)
+
+    def __init__(self, d_head: int, length: float | None = None) -> None:
+        super().__init__()
+
+    def queries(self, q: Tensor) -> Tensor:
+        """Transform queries (B, H, T, D/H) before the dot product."""
+        return q
+
+    def keys(self, k: Tensor) -> Tensor:
+        """Transform keys (B, H, S, D/H) before the dot product (and before caching)."""
+        return k
+
+
+class ScaledDot(Scoring):
+    """Scaled dot-product scoring ``q . k / sqrt(d_head)`` (Vaswani et al. 2017, arXiv 1706.03762).
+
+    Args:
+        d_head: size of one head (unused).
+        length: unused.
+    """
+
+
+def qknorm_gain_init(length: float) -> float:
+    """Initial QKNorm gain ``g0 = log2(L^2 - L)`` for sequence length ``L`` (arXiv 2010.04245, Sec. 3)."""
+    if length * length - length <= 0:
+        raise ValueError(f"QKNorm length L={length} must be > 1")
+    return math.log2(length * length - length)
+
+
+class QKNorm(Scoring):
+    """Query-Key Normalization (Henry et al. 2020, arXiv 2010.04245).
+
+    Queries and keys are l2-normalized along the head dimension and the logits are ``g * q_hat . k_hat``, so every
+    logit lies in ``[-|g|, |g|]``. One learnable scalar ``g`` per attention module, shared by all heads,
+    initialized to ``log2(L^2 - L)``. ``g`` is folded into the queries so the fused kernel runs with ``scale=1``.
+
+    Args:
+        d_head: size of one head (unused).
+        length: ``L``, the 97.5th percentile of training sequence lengths.
+    """
+
+    scale: float | None = 1.0
+
+    def __init__(self, d_head: int, length: float | None = None) -> None:
+        super().__init__(d_head)
+        if length is None:
+            raise ValueError("QKNorm needs the sequence length L to initialize its gain")
+        self.gain = nn.Parameter(torch.tensor(qknorm_gain_init(length)))
+
+    def queries(self, q: Tensor) -> Tensor:
+        return F.normalize(q, dim=-1) * self.gain.to(q.dtype)
+
+    def keys(self, k: Tensor) -> Tensor:
+        return F.normalize(k, dim=-1)
+
+
+class QKRMSNorm(Scoring):
+    """Per-head RMSNorm on queries and keys (RMSNorm: Zhang & Sennrich 2019, arXiv 1910.07467).
+
+    The modern "QK-norm" variant: separate learned per-dimension gains of size ``d_head`` for queries and keys,
+    shared by all heads, followed by the usual ``1/sqrt(d_head)`` scaling.
+
+    Args:
+        d_head: size of one head.
+        length: unused.
+    """
+
+    scale: float | None = None
+
+    def __init__(self, d_head: int, length: float | None = None) -> None:
+        super().__init__(d_head)
+        self.q_norm = RMSNorm(d_head)
+        self.k_norm = RMSNorm(d_head)
+
+    def queries(self, q: Tensor) -> Tensor:
+        return self.q_norm(q).to(q.dtype)  # autocast may run the norm in float32
+
+    def keys(self, k: Tensor) -> Tensor:
+        return self.k_norm(k).to(k.dtype)
+
+
+ATTENTIONS: dict[str, type[Scoring]] = {
+    "scaled_dot": ScaledDot,
+    "qknorm": QKNorm,
+    "qk_rmsnorm": QKRMSNorm,
+}
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention; self-attention uses one fused ``d -> 3d`` projection.
+
+    Cross-attention uses the same parameter layout, projecting queries with the first ``d`` rows and the memory's
+    keys and values with the last ``2d`` rows. Masks are boolean, ``True`` = may attend, broadcastable to
+    ``(B, H, Tq, Tk)``.
+
+    Args:
+        d_model: model width.
+        n_heads: number of heads; must divide ``d_model``.
+        scoring: a built scoring module (:class:`ScaledDot`, :class:`QKNorm` or :class:`QKRMSNorm`).
+        dropout: dropout on the attention weights (training only).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, scoring: Scoring, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.scoring = scoring
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Scored queries, scored keys and values of ``x`` (B, T, D), each (B, H, T, D/H)."""
+        B, T, _ = x.shape
+        qkv = self.in_proj(x).view(B, T, 3, self.n_heads, self.d_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, T, 3, H, D/H) -> 3 x (B, H, T, D/H)
+        return self.scoring.queries(q), self.scoring.keys(k), v
+
+    def project_queries(self, x: Tensor) -> Tensor:
+        """Scored queries of ``x`` (B, T, D) for cross-attention, (B, H, T, D/H)."""
+        B, T, _ = x.shape
+        d = self.d_model
+        q = F.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d])
+        return self.scoring.queries(q.view(B, T, self.n_heads, self.d_head).transpose(1, 2))  # -> (B, H, T, D/H)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Scored keys and values of the encoder output ``memory`` (B, S, D), each (B, H, S, D/H)."""
+        B, S, _ = memory.shape
+        d = self.d_model
+        kv = F.linear(memory, self.in_proj.weight[d:], self.in_proj.bias[d:]).view(B, S, 2, self.n_heads, self.d_head)
+        k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, S, 2, H, D/H) -> 2 x (B, H, S, D/H)
+        return self.scoring.keys(k), v
+
+    def _merge(self, out: Tensor) -> Tensor:
+        B, _, T, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.d_model))  # (B, H, T, D/H) -> (B, T, D)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """Fused path through ``F.scaled_dot_product_attention``; returns (B, Tq, D)."""
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=is_causal,
+            scale=self.scoring.scale,
+        )
+        return self._merge(out)
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Attention logits (B, H, Tq, Tk) in float32, as the fused kernel computes them."""
+        scale = self.scoring.scale if self.scoring.scale is not None else 1.0 / math.sqrt(q.size(-1))
+        return torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+
+    def attend_with_weights(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Explicit path: returns the output (B, Tq, D) and the softmax weights (B, H, Tq, Tk) in float32."""
+        logits = self.scores(q, k)
+        if is_causal:
+            Tq, Tk = logits.shape[-2:]
+            causal = torch.ones(Tq, Tk, dtype=torch.bool, device=logits.device).tril()
+            mask = causal if mask is None else mask & causal
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        weights = logits.softmax(-1)
+        dropped = F.dropout(weights, self.dropout, self.training)
+        return self._merge(torch.matmul(dropped.to(v.dtype), v)), weights
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        record: list[Tensor] | None = None,
+    ) -> Tensor:
+        """Self-attention over ``x`` (B, T, D), or cross-attention to ``memory`` (B, S, D) when given.
+
+        Args:
+            x: queries' input (B, T, D).
+            memory: encoder output for cross-attention; ``None`` for self-attention.
+            mask: boolean mask, ``True`` = may attend, broadcastable to (B, H, T, S).
+            is_causal: forbid attending to later positions (self-attention only).
+            record: if a list, use the explicit path and append the weights (B, H, T, S) to it.
+
+        Returns:
+            (B, T, D).
+        """
+        if memory is None:
+            q, k, v = self.project_self(x)
+        else:
+            q = self.project_queries(x)
+            k, v = self.project_memory(memory)
+        if record is None:
+            return self.attend(q, k, v, mask, is_causal)
+        out, weights = self.attend_with_weights(q, k, v, mask, is_causal)
+        record.append(weights)
+        return out
+
+    def step(self, x: Tensor, cache: Tensor, t: int) -> Tensor:
+        """One incremental self-attention step.
+
+        Args:
+            x: the new position's input (N, 1, D).
+            cache: this layer's key/value buffer (2, N, H, capacity, D/H); position ``t`` is written in place.
+            t: index of the new position.
+
+        Returns:
+            (N, 1, D).
+        """
+        q, k, v = self.project_self(x)
+        cache[0, :, :, t] = k[:, :, 0]
+        cache[1, :, :, t] = v[:, :, 0]
+        return self.attend(q, cache[0, :, :, : t + 1], cache[1, :, :, : t + 1])
