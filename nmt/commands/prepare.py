@@ -1,0 +1,39 @@
+"""Download and prepare a language pair: cleaned text, joint SentencePiece BPE, binarized cache, meta.json.
+
+en-vi / vi-en come from IWSLT'15 (Stanford release); any other pair of TED language codes (e.g. gl-en, sk-en)
+from the TED talks corpus of Qi et al. 2018; --from-dir reads {train,dev,test}.{src,tgt} files instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from nmt.config import DataConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``nmt prepare``."""
+    parser.add_argument("pair", help="language pair src-tgt, e.g. gl-en, en-vi")
+    parser.add_argument("--data-dir", default=DataConfig.data_dir,
+                        help="root of prepared data; writes DATA_DIR/PAIR/ (default: %(default)s)")
+    parser.add_argument("--url", help="archive URL (TED) or base URL (IWSLT'15) of a mirror")
+    parser.add_argument("--from-dir", metavar="DIR", help="use DIR/{train,dev,test}.{src,tgt} instead of downloading")
+    parser.add_argument("--bpe-size", type=int, default=DataConfig.bpe_size,
+                        help="SentencePiece BPE vocabulary size (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="redo everything even if the prepared data is current")
+    parser.add_argument("--moses", action="store_true",
+                        help="Moses-tokenize the text first (off: the papers' corpora are tokenized already)")
+    parser.add_argument("--max-len", type=int, metavar="N",
+                        help="drop training pairs with more than N pieces on either side")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress output on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prepare the pair and print the summary."""
+    from nmt.data.prepare import format_summary, prepare
+
+    meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, bpe_size=args.bpe_size,
+                   force=args.force, moses=args.moses, max_len=args.max_len, progress=args.progress)
+    print(format_summary(meta, Path(args.data_dir) / args.pair))
+    return 0

@@ -1,0 +1,108 @@
+"""Strict text reading and parallel-corpus cleaning.
+
+Every corpus file is read as UTF-8 one line at a time; a byte sequence that is not UTF-8 is an
+:class:`~nmt.errors.NmtError` naming the file and the 1-based line number, never a silent replacement. CRLF line
+endings are accepted. Lines are normalised by :func:`normalize_line` (outer whitespace stripped, inner runs of
+whitespace collapsed to one space), which is also what makes SentencePiece round trips exact.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nmt.errors import NmtError
+
+
+def normalize_line(line: str) -> str:
+    """Strip the line and collapse any run of whitespace (tabs, CR, NBSP, ...) to one ASCII space."""
+    return " ".join(line.split())
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Yield the lines of a UTF-8 file without their line ending (``\\n`` or ``\\r\\n``).
+
+    Raises:
+        NmtError: the file is missing or unreadable, or a line is not valid UTF-8 (naming file and line number).
+    """
+    path = Path(path)
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below, also when the generator is dropped
+    except FileNotFoundError:
+        raise NmtError(f"file not found: {path}") from None
+    except OSError as exc:
+        raise NmtError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise NmtError(f"{path} line {number}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
+            if line.endswith("\n"):
+                line = line[:-1]
+            if line.endswith("\r"):
+                line = line[:-1]
+            yield line
+    finally:
+        handle.close()
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """All normalised lines of a UTF-8 file (see :func:`iter_lines`, :func:`normalize_line`)."""
+    return [normalize_line(line) for line in iter_lines(path)]
+
+
+@dataclass
+class ParallelText:
+    """Aligned source and target sentences of one split, plus how many pairs were dropped and why."""
+
+    src: list[str]
+    tgt: list[str]
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def clean_pairs(src: list[str], tgt: list[str], dropped: Counter[str] | None = None) -> ParallelText:
+    """Normalise both sides and drop pairs where either side is empty (counted under reason ``empty``)."""
+    dropped = Counter() if dropped is None else dropped
+    out = ParallelText([], [], dropped)
+    for s, t in zip(src, tgt, strict=True):
+        s, t = normalize_line(s), normalize_line(t)
+        if not s or not t:
+            dropped["empty"] += 1
+            continue
+        out.src.append(s)
+        out.tgt.append(t)
+    return out
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
+    """Read a sentence-aligned pair of files, normalised, with empty pairs dropped.
+
+    Raises:
+        NmtError: a file is missing or not UTF-8, the two files have different line counts, or no pair is left.
+    """
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise NmtError(f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}")
+    text = clean_pairs(src, tgt)
+    if not text.src:
+        raise NmtError(f"no sentence pairs in {src_path} and {tgt_path} ({text.dropped['empty']} empty pairs dropped)")
+    return text
+
+
+def write_lines_atomic(path: str | Path, lines: list[str]) -> None:
+    """Write lines (LF endings, final newline) to a temporary file, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+        for line in lines:
+            handle.write(line)
+            handle.write("\n")
+    os.replace(tmp, path)
