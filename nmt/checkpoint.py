@@ -11,7 +11,7 @@ import io
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -72,3 +72,47 @@ def bytes_to_tensor(data: bytes) -> torch.Tensor:
 
 def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
     return bytes(tensor.cpu().numpy().tobytes())
+
+
+if TYPE_CHECKING:  # imported lazily below: the model and tokenizer are not needed to read or write checkpoints
+    from nmt.config import Config
+    from nmt.data.bpe import SentencePieceTokenizer
+    from nmt.model import Transformer
+
+
+def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *,
+                  path: str | Path | None = None) -> tuple[Transformer, Config, SentencePieceTokenizer]:
+    """Rebuild the model, its config and its SentencePiece tokenizer from a checkpoint alone.
+
+    Args:
+        payload: a loaded checkpoint (see :func:`load_checkpoint`).
+        device: where to put the model; it is returned in ``eval()`` mode.
+        path: the checkpoint's file name, for error messages.
+
+    Returns:
+        ``(model, config, tokenizer)``: a :class:`nmt.model.Transformer`, the :class:`nmt.config.Config` it was
+        trained with, and a :class:`nmt.data.bpe.SentencePieceTokenizer`.
+
+    Raises:
+        NmtError: the config is invalid or the state dict does not match the architecture it describes.
+    """
+    from nmt.config import config_from_dict
+    from nmt.data.bpe import SentencePieceTokenizer
+    from nmt.model import build_model
+
+    name = path if path is not None else "<in memory>"
+    for key in ("spm", "vocab_size"):
+        if key not in payload:
+            raise NmtError(f"checkpoint {name} has no '{key}' entry (not a complete nmt checkpoint)")
+    try:
+        config = config_from_dict(payload["config"])
+    except NmtError as exc:
+        raise NmtError(f"checkpoint {name}: {exc}") from None
+    model = build_model(config.model, int(payload["vocab_size"]), payload.get("qknorm_length"))
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as exc:
+        detail = " ".join(str(exc).split())
+        raise NmtError(f"checkpoint {name} does not match the architecture in its config ({detail[:300]})") from None
+    model.to(device).eval()
+    return model, config, SentencePieceTokenizer(tensor_to_bytes(payload["spm"]))

@@ -14,11 +14,11 @@ These functions are shared by ``nmt evaluate``, the trainer's validation and the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
-from sacrebleu.significance import PairedTest
+from sacrebleu.significance import PairedTest, Result
 
 from nmt.errors import NmtError
 
@@ -121,13 +121,13 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
                       test_type="bs", n_samples=n_samples)
     signatures, results = test()
     (name,) = signatures
-    base, other = results[name]
+    base, other = (cast(Result, result) for result in results[name])
 
-    def summary(result: Any) -> dict[str, float | None]:
+    def summary(result: Result) -> dict[str, float | None]:
         return {"score": float(result.score), "mean": _float(result.mean), "ci": _float(result.ci)}
 
     return {"metric": "tokenized BLEU" if tokenized else "BLEU", "signature": str(signatures[name]),
-            "baseline": summary(base), "system": summary(other), "p_value": float(other.p_value),
+            "baseline": summary(base), "system": summary(other), "p_value": float(cast(float, other.p_value)),
             "n_samples": n_samples}
 
 

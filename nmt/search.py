@@ -23,7 +23,7 @@ Conventions (as in fairseq):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -34,19 +34,22 @@ from nmt.vocab import BOS, EOS, PAD
 class DecoderState(Protocol):
     """Incremental decoding state: encoder output, cross-attention K/V and self-attention cache, one row each."""
 
-    def select(self, index: Tensor) -> DecoderState:
+    def select(self: StateT, index: Tensor) -> StateT:
         """Return the state whose row ``i`` is row ``index[i]`` of this one (reorder, duplicate or drop rows)."""
         ...
 
 
-class Seq2Seq(Protocol):
-    """What the search needs from a model (see ``docs/design.md``)."""
+StateT = TypeVar("StateT", bound=DecoderState)
 
-    def start(self, src: Tensor) -> DecoderState:
+
+class Seq2Seq(Protocol[StateT]):
+    """What the search needs from a model (see ``docs/design.md``); generic in the model's own state class."""
+
+    def start(self, src: Tensor) -> StateT:
         """Encode ``src`` (B, S) and return a state with B rows and an empty decoder cache."""
         ...
 
-    def step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+    def step(self, prev: Tensor, state: StateT) -> tuple[Tensor, StateT]:
         """Feed the previous token of each row (N,) and return float log-probs (N, V) and the updated state."""
         ...
 
@@ -157,8 +160,8 @@ def _prune(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], beam: int) -> tup
 
 
 def _advance(
-    beams: _Beams, state: DecoderState, new: tuple[Tensor, Tensor, Tensor], done: Tensor
-) -> tuple[_Beams, DecoderState]:
+    beams: _Beams, state: StateT, new: tuple[Tensor, Tensor, Tensor], done: Tensor
+) -> tuple[_Beams, StateT]:
     """Append the surviving tokens, reorder rows to their source beams and drop the sentences that are done."""
     new_scores, rows, new_tok = new
     beam = new_scores.size(1)
@@ -190,7 +193,7 @@ def _nbest(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis
 
 @torch.no_grad()
 def beam_search(
-    model: Seq2Seq,
+    model: Seq2Seq[StateT],
     src: Tensor,
     beam: int = 4,
     lenpen: float = 0.6,
@@ -244,7 +247,7 @@ def beam_search(
 
 @torch.no_grad()
 def greedy_search(
-    model: Seq2Seq,
+    model: Seq2Seq[StateT],
     src: Tensor,
     lenpen: float = 0.6,
     max_len_a: float = 1.0,

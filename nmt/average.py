@@ -1,0 +1,82 @@
+"""Checkpoint averaging: the element-wise mean of the model parameters of several checkpoints.
+
+Only compatible checkpoints are averaged: the same model architecture (the ``model`` config section without its
+dropout rates, which do not change the parameters), the same vocabulary and SentencePiece model, and the same state
+dict keys and shapes; otherwise an :class:`~nmt.errors.NmtError` names the checkpoint and what differs. Floating
+tensors are averaged in float64 and cast back; other tensors (integer buffers) are taken from the first checkpoint.
+The result keeps the first checkpoint's config, SentencePiece model and metadata and drops the training state
+(optimizer, scheduler, scaler, RNG, data position), so it is for translation, not for resuming training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt.checkpoint import load_checkpoint
+from nmt.errors import NmtError
+
+KEPT_ENTRIES = ("config", "spm", "vocab_size", "qknorm_length", "step", "epoch")
+NON_ARCHITECTURE = ("dropout", "attn_dropout", "act_dropout", "word_dropout")
+
+
+def _architecture(payload: dict[str, Any]) -> dict[str, Any]:
+    model = dict(payload["config"].get("model", {}))
+    return {k: v for k, v in model.items() if k not in NON_ARCHITECTURE}
+
+
+def check_compatible(first: dict[str, Any], other: dict[str, Any], first_name: str, other_name: str) -> None:
+    """Raise :class:`NmtError` unless ``other`` has the same architecture, vocabulary and parameter shapes."""
+    arch_a, arch_b = _architecture(first), _architecture(other)
+    for key in sorted(set(arch_a) | set(arch_b)):
+        if arch_a.get(key) != arch_b.get(key):
+            raise NmtError(f"cannot average {other_name} with {first_name}: model.{key} is {arch_b.get(key)!r} "
+                           f"vs {arch_a.get(key)!r}")
+    if first.get("vocab_size") != other.get("vocab_size"):
+        raise NmtError(f"cannot average {other_name} with {first_name}: vocab_size {other.get('vocab_size')} vs "
+                       f"{first.get('vocab_size')}")
+    spm_a, spm_b = first.get("spm"), other.get("spm")
+    if spm_a is not None and spm_b is not None and not torch.equal(spm_a, spm_b):
+        raise NmtError(f"cannot average {other_name} with {first_name}: different SentencePiece models")
+    state_a, state_b = first["model"], other["model"]
+    if set(state_a) != set(state_b):
+        diff = sorted(set(state_a) ^ set(state_b))
+        raise NmtError(f"cannot average {other_name} with {first_name}: parameter names differ ({', '.join(diff[:5])})")
+    for key, tensor in state_a.items():
+        if tensor.shape != state_b[key].shape:
+            raise NmtError(f"cannot average {other_name} with {first_name}: {key} has shape "
+                           f"{tuple(state_b[key].shape)} vs {tuple(tensor.shape)}")
+
+
+def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of floating tensors (accumulated in float64); other tensors from the first state."""
+    averaged: dict[str, torch.Tensor] = {}
+    for key, first in states[0].items():
+        if not torch.is_floating_point(first):
+            averaged[key] = first.clone()
+            continue
+        total = torch.zeros_like(first, dtype=torch.float64)
+        for state in states:
+            total += state[key].to(torch.float64)
+        averaged[key] = (total / len(states)).to(first.dtype)
+    return averaged
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """Load, check and average the checkpoints at ``paths``; returns a translation checkpoint payload.
+
+    Raises:
+        NmtError: no paths, an unreadable checkpoint, or incompatible checkpoints.
+    """
+    if not paths:
+        raise NmtError("no checkpoints to average")
+    payloads = [load_checkpoint(path) for path in paths]
+    for path, payload in zip(paths[1:], payloads[1:]):
+        check_compatible(payloads[0], payload, str(paths[0]), str(path))
+    result = {key: payloads[0][key] for key in KEPT_ENTRIES if key in payloads[0]}
+    result["model"] = average_state_dicts([payload["model"] for payload in payloads])
+    result["averaged_from"] = [str(path) for path in paths]
+    return result

@@ -1,0 +1,155 @@
+"""Raw text in, raw text out: a checkpoint's model, tokenizer and decoding settings behind one :class:`Translator`.
+
+Pipeline for each line: whitespace normalisation → Moses tokenization (sacremoses, the source language of
+``data.pair``; entities escaped as in the training corpora) → SentencePiece → beam search → SentencePiece decode →
+Moses detokenization (target language). ``pretokenized=True`` skips both Moses steps, for already tokenized text
+such as the papers' corpora, and then the output is tokenized too (what tokenized BLEU expects).
+
+Lines are decoded in batches of similar length under a token budget (``max_tokens`` = padded source tokens per
+batch, EOS included, as in fairseq; the beam multiplies the decoder's rows on top of that), and results are put back
+in input order. Empty lines give empty translations without touching the model. A line longer than the model's
+positions is truncated with a warning on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.config import Config
+from nmt.data.batching import pad_sources
+from nmt.data.bpe import SentencePieceTokenizer
+from nmt.data.text import normalize_line
+from nmt.data.tokenize import moses_detokenize, moses_tokenize
+from nmt.errors import NmtError
+from nmt.runtime import resolve_device
+from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
+
+POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
+
+
+def make_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group indices into batches of similar length whose padded size ``n * longest`` stays within ``max_tokens``.
+
+    Longest sentences come first (an out-of-memory error then shows up at once); a sentence longer than the budget
+    gets a batch of its own.
+    """
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in order.tolist():
+        longest_if_added = max(longest, lengths[index])
+        if current and longest_if_added * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_if_added = [], lengths[index]
+        current.append(index)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Translator:
+    """A model ready to translate text.
+
+    Args:
+        model: a :class:`~nmt.search.Seq2Seq` in eval mode on ``device``.
+        config: the config the model was trained with (decoding defaults come from ``config.decode``).
+        tokenizer: the checkpoint's SentencePiece model.
+        device: where ``model`` lives.
+    """
+
+    def __init__(self, model: Seq2Seq[Any], config: Config, tokenizer: SentencePieceTokenizer,
+                 device: torch.device) -> None:
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = device
+        self.src_lang, self.tgt_lang = config.data.pair.split("-")
+        self.max_source_pieces = config.model.max_positions - POSITION_MARGIN
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str = "auto") -> Translator:
+        """Load a checkpoint written by training or ``nmt average``; ``device`` is ``auto``, ``cpu`` or ``cuda``."""
+        dev = resolve_device(device)
+        model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
+        return cls(model, config, tokenizer, dev)
+
+    def encode(self, lines: Sequence[str], pretokenized: bool = False) -> list[list[int]]:
+        """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning."""
+        lines = [normalize_line(line) for line in lines]
+        if not pretokenized:
+            lines = moses_tokenize(lines, self.src_lang)
+        encoded = self.tokenizer.encode_batch(lines)
+        for number, ids in enumerate(encoded, start=1):
+            if len(ids) > self.max_source_pieces:
+                print(f"warning: input line {number} has {len(ids)} subwords; truncated to {self.max_source_pieces} "
+                      f"(model max_positions {self.config.model.max_positions})", file=sys.stderr)
+                encoded[number - 1] = ids[: self.max_source_pieces]
+        return encoded
+
+    def decode(self, ids: Sequence[Sequence[int]], pretokenized: bool = False) -> list[str]:
+        """Text of each piece-id sequence, Moses-detokenized unless ``pretokenized``."""
+        texts = [self.tokenizer.decode(list(seq)) for seq in ids]
+        return texts if pretokenized else moses_detokenize(texts, self.tgt_lang)
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int | None = None, lenpen: float | None = None,
+                      nbest: int | None = None, max_tokens: int | None = None, progress: bool = False
+                      ) -> list[list[Hypothesis]]:
+        """Decode piece-id sources (without EOS) in length-sorted token-budget batches; results in input order.
+
+        Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
+        """
+        settings = self.config.decode
+        beam = settings.beam if beam is None else beam
+        lenpen = settings.lenpen if lenpen is None else lenpen
+        nbest = settings.nbest if nbest is None else nbest
+        max_tokens = settings.max_tokens if max_tokens is None else max_tokens
+        if not 1 <= nbest <= beam:
+            raise NmtError(f"--nbest {nbest} must be between 1 and --beam {beam}")
+        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * nbest for _ in sources]
+        todo = [i for i, src in enumerate(sources) if len(src)]
+        batches = make_batches([len(sources[i]) + 1 for i in todo], max_tokens)
+        cap = self.config.model.max_positions - 1  # the step that forces EOS reads position max_len
+        with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
+            for batch in batches:
+                indices = [todo[j] for j in batch]
+                src = pad_sources([list(sources[i]) for i in indices]).to(self.device)
+                if beam == 1:
+                    hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap)
+                else:
+                    hyps = beam_search(self.model, src, beam, lenpen, settings.max_len_a, settings.max_len_b, nbest,
+                                       cap)
+                for i, nbest_list in zip(indices, hyps):
+                    results[i] = nbest_list
+                bar.update(len(indices))
+        return results
+
+    def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
+                  nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
+                  progress: bool = False) -> list[list[tuple[str, float]]]:
+        """Translate raw text lines.
+
+        Args:
+            lines: one sentence per item (empty ones allowed).
+            beam, lenpen, nbest, max_tokens: decoding settings; None takes the checkpoint's ``decode`` section.
+            pretokenized: the input is Moses-tokenized already; no Moses tokenization nor detokenization.
+            progress: show a tqdm bar on stderr.
+
+        Returns:
+            For each line, its n-best list of ``(text, score)``, best first; score is the length-penalised
+            log-probability (0 for an empty line, whose translations are ``""``).
+        """
+        sources = self.encode(lines, pretokenized)
+        hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress)
+        flat = [h for nbest_list in hyps for h in nbest_list]
+        texts = iter(self.decode([h.tokens for h in flat], pretokenized))
+        return [[(next(texts), h.score) for h in nbest_list] for nbest_list in hyps]
