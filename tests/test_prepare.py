@@ -134,6 +134,10 @@ def test_bad_options(corpus_dir: Path, tmp_path: Path) -> None:
         prepare("xxyy", tmp_path, from_dir=corpus_dir)
     with pytest.raises(NmtError, match="--bpe-size"):
         prepare("xx-yy", tmp_path, from_dir=corpus_dir, bpe_size=3)
+    with pytest.raises(NmtError, match="exclude each other"):
+        prepare("xx-yy", tmp_path, from_dir=corpus_dir, url="http://127.0.0.1:9/x.tar.gz")
+    with pytest.raises(NmtError, match="--max-len"):
+        prepare("xx-yy", tmp_path, from_dir=corpus_dir, max_len=0)
     with pytest.raises(NmtError, match="train.zz"):
         prepare("xx-zz", tmp_path, from_dir=corpus_dir, progress=False)
 

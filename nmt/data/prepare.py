@@ -116,6 +116,8 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
     src, tgt = corpora.parse_pair(pair)
     if bpe_size <= 4:
         raise NmtError(f"--bpe-size {bpe_size} must be larger than the 4 special pieces")
+    if from_dir is not None and url is not None:
+        raise NmtError("--url and --from-dir exclude each other (one says where to download, the other not to)")
     if max_len is not None and max_len < 1:
         raise NmtError(f"--max-len {max_len} must be at least 1")
     pair_dir = Path(data_dir) / pair
