@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Callable
 
 import torch
@@ -73,6 +74,11 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
 
+    @property
+    def blocks(self) -> list[EncoderLayer]:
+        """The layers, typed."""
+        return typing.cast("list[EncoderLayer]", list(self.layers))
+
     def forward(self, x: Tensor, mask: Tensor | None, records: list[list[Tensor]] | None = None) -> Tensor:
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if records is None else records[i])
@@ -86,6 +92,11 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
+
+    @property
+    def blocks(self) -> list[DecoderLayer]:
+        """The layers, typed."""
+        return typing.cast("list[DecoderLayer]", list(self.layers))
 
     def forward(
         self,
@@ -131,7 +142,7 @@ class Transformer(nn.Module):
         """Encode ``src`` (N, S) and precompute every layer's cross-attention keys/values; empty self cache."""
         memory, src_mask = self.encode(src)
         memory_kv = torch.stack(
-            [torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder.layers]
+            [torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder.blocks]
         )  # L x 2 x (N, H, S, D/H) -> (L, 2, N, H, S, D/H)
         L, _, N, H, _, d_head = memory_kv.shape
         self_kv = memory_kv.new_zeros(L, 2, N, H, min(_CACHE_START, self.embed.positions.size(0)), d_head)
@@ -152,7 +163,7 @@ class Transformer(nn.Module):
             self_kv = grown
         table = self.embed.table()
         x = self.embed(prev[:, None], table, offset=t)  # (N,) -> (N, 1, D)
-        for i, layer in enumerate(self.decoder.layers):
+        for i, layer in enumerate(self.decoder.blocks):
             x = layer.step(x, self_kv[i], t, state.memory_kv[i, 0], state.memory_kv[i, 1], state.src_mask)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
         state = DecoderState(memory_kv=state.memory_kv, src_mask=state.src_mask, self_kv=self_kv, length=t + 1)
@@ -161,9 +172,9 @@ class Transformer(nn.Module):
     def attention_modules(self) -> dict[str, MultiHeadAttention]:
         """Every attention module by name: ``encoder.{i}.self_attn``, ``decoder.{i}.self_attn|cross_attn``."""
         modules: dict[str, MultiHeadAttention] = {}
-        for i, enc in enumerate(self.encoder.layers):
+        for i, enc in enumerate(self.encoder.blocks):
             modules[f"encoder.{i}.self_attn"] = enc.self_attn
-        for i, dec in enumerate(self.decoder.layers):
+        for i, dec in enumerate(self.decoder.blocks):
             modules[f"decoder.{i}.self_attn"] = dec.self_attn
             modules[f"decoder.{i}.cross_attn"] = dec.cross_attn
         return modules

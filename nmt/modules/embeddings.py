@@ -48,6 +48,8 @@ class TiedEmbedding(nn.Module):
         word_dropout: probability of replacing an input token by UNK (training only).
     """
 
+    positions: Tensor  # (max_positions, D), a non-persistent buffer: rebuilt, never checkpointed
+
     def __init__(
         self,
         vocab_size: int,

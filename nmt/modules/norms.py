@@ -54,7 +54,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if hasattr(F, "rms_norm"):  # fused kernel (torch >= 2.4)
-            return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
+            # a float32 gain on bf16 input (autocast) would miss the fused kernel
+            return F.rms_norm(x, (self.d_model,), self.weight.to(x.dtype), self.eps)
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
