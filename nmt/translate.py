@@ -113,6 +113,8 @@ class Translator:
         lenpen = settings.lenpen if lenpen is None else lenpen
         nbest = settings.nbest if nbest is None else nbest
         max_tokens = settings.max_tokens if max_tokens is None else max_tokens
+        if beam < 1:
+            raise NmtError(f"--beam {beam} must be at least 1")
         if not 1 <= nbest <= beam:
             raise NmtError(f"--nbest {nbest} must be between 1 and --beam {beam}")
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * nbest for _ in sources]

@@ -205,18 +205,20 @@ def test_cli_interactive_streams(checkpoint: Path, translator: Translator, monke
 
 
 @pytest.mark.parametrize("case", ["bad_stdin", "bad_file", "missing_input", "missing_checkpoint", "output_dir",
-                                  "nbest"])
+                                  "nbest", "beam"])
 def test_cli_errors_are_one_line(case: str, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     args = ["translate", "--checkpoint", str(checkpoint), "--device", "cpu"]
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nalso fine\n\xc3\x28 broken\n")
     expected = {"bad_stdin": "<stdin> line 3", "bad_file": f"{bad} line 3", "missing_input": "not found",
-                "missing_checkpoint": "checkpoint not found", "output_dir": "is a directory", "nbest": "--nbest"}
+                "missing_checkpoint": "checkpoint not found", "output_dir": "is a directory", "nbest": "--nbest",
+                "beam": "--beam 0"}
     monkeypatch.setattr("sys.stdin", FakeStdin(b"fine\nalso fine\n\xc3\x28 broken\n" if case == "bad_stdin"
                                                 else b"a cat\n"))
     extra = {"bad_stdin": [], "bad_file": ["--input", str(bad)], "missing_input": ["--input", str(tmp_path / "no")],
-             "missing_checkpoint": [], "output_dir": ["--output", str(tmp_path)], "nbest": ["--nbest", "5"]}[case]
+             "missing_checkpoint": [], "output_dir": ["--output", str(tmp_path)], "nbest": ["--nbest", "5"],
+             "beam": ["--beam", "0"]}[case]
     if case == "missing_checkpoint":
         args[2] = str(tmp_path / "none.pt")
     assert run_cli(args + extra, monkeypatch) == 2
