@@ -107,6 +107,16 @@ def test_fused_path_equals_weights_path(name: str) -> None:
             assert weights.masked_select(~m).abs().max().item() == 0.0
 
 
+def test_fully_masked_row_gives_no_nan() -> None:
+    attn = _attention("qknorm")
+    q, k, v = attn.project_self(torch.randn(2, 4, D))
+    mask = _key_mask([4, 0], 4)
+    fused = attn.attend(q, k, v, mask)
+    explicit, weights = attn.attend_with_weights(q, k, v, mask)
+    assert torch.isfinite(fused).all() and torch.isfinite(explicit).all() and torch.isfinite(weights).all()
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_record_collects_weights(name: str) -> None:
     attn = _attention(name)

@@ -138,6 +138,22 @@ def test_fixnorm_rows_unit_norm_and_pad_zero() -> None:
     assert math.isclose(emb.weight[SPECIALS:].std().item(), 32**-0.5, rel_tol=0.1)  # N(0, d^-0.5)
 
 
+def test_fixnorm_table_cache_follows_weight_updates() -> None:
+    model = _model("qknorm").eval()
+    src, tgt = _batch([5]), _batch([4], bos=True)
+    with torch.no_grad():
+        first = model(src, tgt)
+        assert model.embed.table() is model.embed.table()  # cached while decoding
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(src, tgt).logsumexp(-1).sum().backward()
+    optimizer.step()  # still in eval mode: the version counter must invalidate the cache
+    with torch.no_grad():
+        torch.testing.assert_close(model.embed.table(), F.normalize(model.embed.weight, dim=-1))
+        assert not torch.allclose(model(src, tgt), first)
+        model.load_state_dict(_model("qknorm").state_dict())
+        torch.testing.assert_close(model(src, tgt), first)
+
+
 def test_fixnorm_scales_inputs_by_sqrt_d() -> None:
     model = _model("qknorm").eval()
     tokens = torch.tensor([[5, 6, 7]])

@@ -73,10 +73,11 @@ class QKNorm(Scoring):
         self.gain = nn.Parameter(torch.tensor(qknorm_gain_init(length)))
 
     def queries(self, q: Tensor) -> Tensor:
-        return F.normalize(q, dim=-1) * self.gain.to(q.dtype)
+        # autocast may compute the norm in float32; keep q, k and v in one dtype for the fused kernel
+        return F.normalize(q, dim=-1).to(q.dtype) * self.gain.to(q.dtype)
 
     def keys(self, k: Tensor) -> Tensor:
-        return F.normalize(k, dim=-1)
+        return F.normalize(k, dim=-1).to(k.dtype)
 
 
 class QKRMSNorm(Scoring):
@@ -187,7 +188,7 @@ class MultiHeadAttention(nn.Module):
             mask = causal if mask is None else mask & causal
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
-        weights = logits.softmax(-1)
+        weights = logits.softmax(-1).nan_to_num(0.0)  # a fully masked row attends to nothing, as in the fused path
         dropped = F.dropout(weights, self.dropout, self.training)
         return self._merge(torch.matmul(dropped.to(v.dtype), v)), weights
 

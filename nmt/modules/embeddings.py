@@ -67,6 +67,7 @@ class TiedEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.output_bias = nn.Parameter(torch.zeros(vocab_size))
         self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
+        self._table_cache: tuple[tuple[int, int, torch.dtype], Tensor] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -79,8 +80,24 @@ class TiedEmbedding(nn.Module):
             self.output_bias.zero_()
 
     def table(self) -> Tensor:
-        """The rows as used (unit-normalized under FixNorm), (V, D); compute once and pass to both uses."""
-        return F.normalize(self.weight, dim=-1) if self.fixnorm else self.weight
+        """The rows as used (unit-normalized under FixNorm), (V, D); compute once and pass to both uses.
+
+        In eval mode without autograd (decoding) the normalized table is cached until the weight changes: every
+        in-place update (optimizer step, ``load_state_dict``) bumps the tensor's version counter, a move changes its
+        address or dtype, and switching modes with :meth:`train` drops the cache.
+        """
+        if not self.fixnorm:
+            return self.weight
+        if self.training or torch.is_grad_enabled():
+            return F.normalize(self.weight, dim=-1)
+        key = (self.weight._version, self.weight.data_ptr(), self.weight.dtype)
+        if self._table_cache is None or self._table_cache[0] != key:
+            self._table_cache = (key, F.normalize(self.weight.detach(), dim=-1))
+        return self._table_cache[1]
+
+    def train(self, mode: bool = True) -> TiedEmbedding:
+        self._table_cache = None
+        return super().train(mode)
 
     def forward(self, tokens: Tensor, table: Tensor | None = None, offset: int = 0) -> Tensor:
         """Embed ``tokens`` (B, T) at positions ``offset .. offset+T-1``; returns (B, T, D)."""
