@@ -49,6 +49,9 @@ class DecoderState:
         src_mask: source key mask (N, 1, 1, S), or None when no source has padding.
         self_kv: self-attention key/value buffer of every layer, (L, 2, N, H, capacity, D/H).
         length: number of target positions decoded so far.
+
+    ``step`` writes the new position into ``self_kv`` in place and returns a state sharing the buffer, so step
+    only from the latest state (or from a ``select``-ed copy); ``select`` always makes fresh tensors.
     """
 
     memory_kv: Tensor
@@ -124,6 +127,11 @@ class Transformer(nn.Module):
         self.embed = embed
         self.encoder = encoder
         self.decoder = decoder
+
+    @property
+    def max_positions(self) -> int:
+        """Longest source or target sequence (in tokens, BOS included) the position table covers."""
+        return int(self.embed.positions.size(0))
 
     def encode(self, src: Tensor, table: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """Encode ``src`` (B, S); returns the memory (B, S, D) and the source key mask (B, 1, 1, S) or None."""

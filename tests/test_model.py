@@ -258,6 +258,7 @@ def test_attention_maps_shapes() -> None:
 
 def test_too_long_input_is_an_error() -> None:
     model = _model(max_positions=8)
+    assert model.max_positions == 8
     with pytest.raises(ValueError, match="max_positions"):
         model(_batch([9]), _batch([3], bos=True))
 
