@@ -24,13 +24,18 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only the ``selected`` command's module is imported (keeps start-up fast)."""
     parser = argparse.ArgumentParser(prog="nmt", description="Neural machine translation with pluggable normalization.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
+        if name != selected:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"nmt.commands.{name}")
-        command = sub.add_parser(name, help=help_text, description=module.__doc__)
+        command = sub.add_parser(name, help=help_text, description=module.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
@@ -38,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)

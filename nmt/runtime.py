@@ -75,6 +75,7 @@ def setup(device: str, precision: str) -> Runtime:
 
 def teardown(runtime: Runtime) -> None:
     if runtime.distributed and dist.is_initialized():
+        dist.barrier()  # rank 0 may still be writing its last checkpoint; leave together
         dist.destroy_process_group()
 
 

@@ -24,13 +24,14 @@ from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint
 from nmt.config import Config, config_to_dict
 from nmt.data.batching import Batch, collate, make_batches
 from nmt.errors import NmtError
+from nmt.evaluate import tokenized_bleu
 from nmt.loss import label_smoothed_nll
 from nmt.model import build_model
 from nmt.optim import LRController, build_optimizer
 from nmt.run_log import RunLog
 from nmt.runtime import Runtime, all_sum, broadcast_floats, setup, teardown
 from nmt.train_data import TrainingData, load_training_data
-from nmt.validate import decode_ids, dev_loss, tokenized_bleu
+from nmt.validate import decode_ids, dev_loss
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import sacrebleu
 import torch
 
 from nmt.data.batching import ParallelData, collate, make_batches, pad_sources
@@ -54,8 +53,3 @@ def decode_ids(model: torch.nn.Module, sources: list[np.ndarray], beam: int, len
             out[int(i)] = list(nbest[0].tokens)
         start = end
     return out
-
-
-def tokenized_bleu(hypotheses: list[str], references: list[str]) -> float:
-    """The papers' BLEU: multi-bleu.perl on tokenized text == sacrebleu with ``tokenize='none'``."""
-    return float(sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score)

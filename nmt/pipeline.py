@@ -1,0 +1,137 @@
+"""Prepare → train → test for one pair and system: what ``make train`` and ``make reproduce`` run.
+
+Each stage is resumable: prepared data is reused, training continues from ``checkpoint_last.pt``, and a finished run
+(``test_scores.json`` newer than ``checkpoint_best.pt``) is not decoded again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nmt.config import load_config
+from nmt.errors import NmtError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
+
+# Tokenized test BLEU published for each (pair, system); Nguyen & Salazar 2019 Table 3 and Henry et al. 2020.
+PUBLISHED: dict[tuple[str, str], float] = {
+    ("gl-en", "prenorm_fixnorm_scalenorm"): 20.91,
+    ("sk-en", "prenorm_fixnorm_scalenorm"): 30.25,
+    ("en-vi", "prenorm_fixnorm_scalenorm"): 32.79,
+    ("en-he", "prenorm_fixnorm_scalenorm"): 28.44,
+    ("ar-en", "prenorm_fixnorm_scalenorm"): 34.15,
+    ("en-vi", "qknorm"): 33.24,
+}
+QKNORM_AVERAGE_GAIN = 0.928  # QKNorm over the TwT baseline, averaged over the five pairs (Henry et al. 2020)
+BASELINE = "prenorm_fixnorm_scalenorm"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One pair × system × scale run."""
+
+    pair: str
+    system: str
+    scale: str  # paper | cpu
+    device: str = "auto"
+    data_dir: str = "data"
+    from_dir: str | None = None
+    runs_dir: str = "runs"
+
+    @property
+    def config_path(self) -> Path:
+        name = f"{self.pair}-cpu" if self.scale == "cpu" else self.pair
+        path = CONFIG_DIR / f"{name}.yaml"
+        if not path.is_file():
+            choices = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "base")
+            raise NmtError(f"no config {path.relative_to(ROOT)} for pair {self.pair} at scale {self.scale} "
+                           f"(available: {', '.join(choices)})")
+        return path
+
+    @property
+    def save_dir(self) -> Path:
+        suffix = "-cpu" if self.scale == "cpu" else ""
+        return Path(self.runs_dir) / f"{self.pair}{suffix}-{self.system}"
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"system={self.system}", f"train.device={self.device}", f"train.save_dir={self.save_dir}",
+                f"data.data_dir={self.data_dir}"]
+
+
+def resolve_scale(scale: str) -> str:
+    """``auto``: the papers' configuration on a GPU, the CPU preset otherwise."""
+    if scale != "auto":
+        return scale
+    import torch
+
+    return "paper" if torch.cuda.is_available() else "cpu"
+
+
+def ensure_prepared(spec: RunSpec) -> dict[str, Any]:
+    """Prepare ``data_dir/pair`` unless it is already there (downloading, or from ``from_dir``)."""
+    from nmt.data.prepare import format_summary, prepare
+
+    cfg = load_config(spec.config_path, spec.overrides)
+    meta = prepare(spec.pair, spec.data_dir, from_dir=spec.from_dir, bpe_size=cfg.data.bpe_size)
+    print(format_summary(meta, Path(spec.data_dir) / spec.pair), file=sys.stderr)
+    return meta
+
+
+def train_run(spec: RunSpec) -> None:
+    """Train (or continue training) in a child process so a crash or Ctrl-C there leaves this driver in charge."""
+    command = [sys.executable, "-m", "nmt", "train", str(spec.config_path), "--resume"]
+    for override in spec.overrides:
+        command += ["--set", override]
+    print("$ " + " ".join(command), file=sys.stderr, flush=True)
+    result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if result.returncode != 0:
+        raise NmtError(f"training {spec.save_dir} exited with status {result.returncode}; rerun to resume it")
+
+
+def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
+    """Translate the test set with the best checkpoint and score it; cached in ``save_dir/test_scores.json``."""
+    from nmt.data.text import read_lines, write_lines_atomic
+    from nmt.data.tokenize import moses_detokenize
+    from nmt.evaluate import corpus_scores, sacre_bleu
+    from nmt.translate import Translator
+
+    best = spec.save_dir / "checkpoint_best.pt"
+    scores_path = spec.save_dir / "test_scores.json"
+    if not force and scores_path.is_file() and scores_path.stat().st_mtime >= best.stat().st_mtime:
+        return dict(json.loads(scores_path.read_text(encoding="utf-8")))
+    src_lang, tgt_lang = spec.pair.split("-")
+    pair_dir = Path(spec.data_dir) / spec.pair
+    sources = read_lines(pair_dir / "raw" / f"test.{src_lang}")
+    references = read_lines(pair_dir / "raw" / f"test.{tgt_lang}")
+    translator = Translator.from_checkpoint(best, device=spec.device)
+    started = time.time()
+    hypotheses = [nbest[0][0] for nbest in translator.translate(sources, pretokenized=True)]
+    seconds = time.time() - started
+    write_lines_atomic(spec.save_dir / "test.hyp", hypotheses)
+    scores = corpus_scores(hypotheses, references, tokenized=True)
+    detok_bleu, signature = sacre_bleu(moses_detokenize(hypotheses, tgt_lang), moses_detokenize(references, tgt_lang))
+    result: dict[str, Any] = {
+        "pair": spec.pair, "system": spec.system, "scale": spec.scale, "checkpoint": str(best),
+        "tokenized_bleu": scores["tokenized_bleu"], "sacrebleu": detok_bleu, "sacrebleu_signature": signature,
+        "published": PUBLISHED.get((spec.pair, spec.system)), "test_sentences": len(sources),
+        "decode_seconds": seconds,
+    }
+    scores_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def format_result(result: dict[str, Any]) -> str:
+    published = result.get("published")
+    beside = (f" | published {published:.2f} ({result['tokenized_bleu'] - published:+.2f})"
+              if published is not None else " | published: not reported for this pair/system")
+    return (f"{result['pair']} {result['system']} ({result['scale']}): test BLEU {result['tokenized_bleu']:.2f} "
+            f"tokenized, {result['sacrebleu']:.2f} sacreBLEU{beside}")
