@@ -61,7 +61,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise NmtError(f"checkpoint {path} is not an nmt checkpoint (no model/config entries)")
     if payload.get("format_version") != FORMAT_VERSION:
-        raise NmtError(f"checkpoint {path} has format version {payload.get('format_version')}, expected {FORMAT_VERSION}")
+        version = payload.get("format_version")
+        raise NmtError(f"checkpoint {path} has format version {version}, expected {FORMAT_VERSION}")
     return payload
 
 

@@ -195,7 +195,8 @@ def _build(cls: Any, values: dict[str, Any], prefix: str) -> Any:
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                raise NmtError(f"config key '{dotted}' must be a mapping of {', '.join(f.name for f in dataclasses.fields(tp))}")
+                keys = ", ".join(f.name for f in dataclasses.fields(tp))
+                raise NmtError(f"config key '{dotted}' must be a mapping of {keys}")
             kwargs[key] = _build(tp, value, f"{dotted}.")
         else:
             kwargs[key] = _coerce(dotted, value, tp)
@@ -288,17 +289,19 @@ def _positive(key: str, value: float, allow_zero: bool = False) -> None:
 def validate(config: Config) -> None:
     """Value checks that types alone cannot express."""
     m, t, d = config.model, config.train, config.decode
-    for key, value in [("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
+    ints: list[tuple[str, int]] = [("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
                        ("model.d_model", m.d_model), ("model.d_ff", m.d_ff), ("model.n_heads", m.n_heads),
                        ("train.max_tokens", t.max_tokens), ("train.update_freq", t.update_freq),
                        ("train.eval_every", t.eval_every), ("decode.beam", d.beam), ("decode.nbest", d.nbest),
-                       ("data.bpe_size", config.data.bpe_size), ("data.max_len", config.data.max_len)]:
-        _positive(key, value)
+                       ("data.bpe_size", config.data.bpe_size), ("data.max_len", config.data.max_len)]
+    for key, count in ints:
+        _positive(key, count)
     if m.d_model % m.n_heads:
         raise NmtError(f"config key 'model.n_heads': d_model {m.d_model} is not divisible by {m.n_heads} heads")
-    for key, value in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
+    rates: list[tuple[str, float]] = [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
                        ("model.act_dropout", m.act_dropout), ("model.word_dropout", m.word_dropout),
-                       ("train.label_smoothing", t.label_smoothing)]:
+                       ("train.label_smoothing", t.label_smoothing)]
+    for key, value in rates:
         if not 0.0 <= value < 1.0:
             raise NmtError(f"config key '{key}': {value} must be in [0, 1)")
     if m.qknorm_length is not None and m.qknorm_length <= 1:

@@ -9,8 +9,10 @@ import torch
 
 from nmt.data.batching import ParallelData, collate, make_batches, pad_sources
 from nmt.loss import label_smoothed_nll
+from nmt.model import Transformer
 from nmt.runtime import Runtime
 from nmt.search import beam_search
+from nmt.translate import make_batches as make_decode_batches
 
 
 @dataclass(frozen=True)
@@ -34,22 +36,15 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
     return total / max(tokens, 1), nll_total / max(tokens, 1)
 
 
-def decode_ids(model: torch.nn.Module, sources: list[np.ndarray], beam: int, lenpen: float, max_len_a: float,
+def decode_ids(model: Transformer, sources: list[np.ndarray], beam: int, lenpen: float, max_len_a: float,
                max_len_b: int, max_tokens: int, runtime: Runtime) -> list[list[int]]:
-    """Best hypothesis ids for each source, decoded in length-sorted token-budget batches, input order kept."""
-    order = np.argsort([len(s) for s in sources], kind="stable")
+    """Best hypothesis ids for each source, decoded in the same token-budget batches as ``nmt translate``."""
     out: list[list[int]] = [[] for _ in sources]
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (len(sources[order[end]]) + 1) * (end - start + 1) * beam <= max_tokens:
-            end += 1
-        chunk = order[start:end]
+    for chunk in make_decode_batches([len(s) + 1 for s in sources], max_tokens):
         src = pad_sources([sources[i] for i in chunk]).to(runtime.device)
         with torch.no_grad(), runtime.autocast():
             hyps = beam_search(model, src, beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                               nbest=1)
+                               nbest=1, max_len_cap=model.max_positions - 1)
         for i, nbest in zip(chunk, hyps, strict=True):
-            out[int(i)] = list(nbest[0].tokens)
-        start = end
+            out[i] = list(nbest[0].tokens)
     return out
