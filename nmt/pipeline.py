@@ -1,7 +1,11 @@
 """Prepare → train → test for one pair and system: what ``make train`` and ``make reproduce`` run.
 
-Each stage is resumable: prepared data is reused, training continues from ``checkpoint_last.pt``, and a finished run
-(``test_scores.json`` newer than ``checkpoint_best.pt``) is not decoded again.
+Each stage is resumable: prepared data is reused, training continues from ``checkpoint_last.pt``, a run that finished
+with the same resolved config (``train_done.json``) is not trained again, and a tested run (``test_scores.json`` newer
+than ``checkpoint_best.pt``) is not decoded again.
+
+``train_done.json`` matters for time-limited runs: the trainer's clock excludes the final evaluation, so ``--resume``
+on a run stopped by ``train.max_minutes`` would train a few more steps and re-evaluate.
 """
 
 from __future__ import annotations
@@ -45,15 +49,17 @@ class RunSpec:
     data_dir: str = "data"
     from_dir: str | None = None
     runs_dir: str = "runs"
+    config_dir: str | None = None  # default: the repository's configs/
 
     @property
     def config_path(self) -> Path:
         name = f"{self.pair}-cpu" if self.scale == "cpu" else self.pair
-        path = CONFIG_DIR / f"{name}.yaml"
+        directory = Path(self.config_dir) if self.config_dir else CONFIG_DIR
+        path = directory / f"{name}.yaml"
         if not path.is_file():
-            choices = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "base")
-            raise NmtError(f"no config {path.relative_to(ROOT)} for pair {self.pair} at scale {self.scale} "
-                           f"(available: {', '.join(choices)})")
+            choices = sorted(p.stem for p in directory.glob("*.yaml") if p.stem != "base")
+            raise NmtError(f"no config {path} for pair {self.pair} at scale {self.scale} "
+                           f"(available: {', '.join(choices) or 'none'})")
         return path
 
     @property
@@ -86,8 +92,63 @@ def ensure_prepared(spec: RunSpec) -> dict[str, Any]:
     return meta
 
 
+def training_progress(save_dir: Path) -> dict[str, Any] | None:
+    """Where the run in ``save_dir`` stands (``checkpoint_last.pt``'s progress without its history), or None."""
+    from nmt.checkpoint import load_checkpoint
+
+    last = save_dir / "checkpoint_last.pt"
+    if not last.is_file():
+        return None
+    progress = dict(load_checkpoint(last).get("progress") or {})
+    progress.pop("history", None)
+    return progress
+
+
+def _finished_without_marker(save_dir: Path, config: dict[str, Any]) -> bool:
+    """A run trained before ``train_done.json`` existed: finished if the last session in ``train.log`` ended with a
+    stop other than an interrupt (a killed session has no stop line) and its ``config.yaml`` is ``config``."""
+    import yaml
+
+    log, saved = save_dir / "train.log", save_dir / "config.yaml"
+    if not (log.is_file() and saved.is_file() and (save_dir / "checkpoint_best.pt").is_file()):
+        return False
+    events = [line[20:] for line in log.read_text(encoding="utf-8").splitlines()
+              if line[20:].startswith(("training ", "resuming ", "stopped at step "))]
+    if not events or not events[-1].startswith("stopped at step ") or ": interrupted" in events[-1]:
+        return False
+    tree = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    tree.pop("resolved", None)
+    return bool(tree == config)
+
+
+def _mark_done(spec: RunSpec, config: dict[str, Any]) -> None:
+    done = {"progress": training_progress(spec.save_dir), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "config": config}
+    path = spec.save_dir / "train_done.json"
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(done, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def train_run(spec: RunSpec) -> None:
-    """Train (or continue training) in a child process so a crash or Ctrl-C there leaves this driver in charge."""
+    """Train (or continue training) in a child process so a crash or Ctrl-C there leaves this driver in charge.
+
+    A run that already finished with the same resolved config returns at once; a finished run records its final
+    progress and config in ``save_dir/train_done.json``.
+    """
+    from nmt.config import config_to_dict
+
+    config = config_to_dict(load_config(spec.config_path, spec.overrides))
+    done_path = spec.save_dir / "train_done.json"
+    if done_path.is_file() and (spec.save_dir / "checkpoint_best.pt").is_file():
+        done = json.loads(done_path.read_text(encoding="utf-8"))
+        if done.get("config") == config:
+            print(f"{spec.save_dir}: training finished already ({done_path.name})", file=sys.stderr)
+            return
+    elif _finished_without_marker(spec.save_dir, config):
+        print(f"{spec.save_dir}: training finished already (train.log)", file=sys.stderr)
+        _mark_done(spec, config)
+        return
     command = [sys.executable, "-m", "nmt", "train", str(spec.config_path), "--resume"]
     for override in spec.overrides:
         command += ["--set", override]
@@ -95,6 +156,7 @@ def train_run(spec: RunSpec) -> None:
     result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if result.returncode != 0:
         raise NmtError(f"training {spec.save_dir} exited with status {result.returncode}; rerun to resume it")
+    _mark_done(spec, config)
 
 
 def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""``scripts/reproduce`` end to end on the synthetic task: prepare → train → test for two systems, the report, and a
+rerun that neither trains nor decodes again."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from nmt.pipeline import BASELINE, RunSpec, _finished_without_marker, train_run
+from tests.synthetic import tiny_config, write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+pytest.importorskip("matplotlib")
+
+
+def load_script() -> ModuleType:
+    path = ROOT / "scripts" / "reproduce"
+    loader = importlib.machinery.SourceFileLoader("reproduce_script", str(path))
+    spec = importlib.util.spec_from_loader("reproduce_script", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def setup_dirs(tmp_path: Path) -> list[str]:
+    """Synthetic corpus under a shared root, a tiny xx-yy-cpu.yaml config; returns the driver's arguments."""
+    write_corpus(tmp_path / "shared" / "xx-yy", {"train": 300, "dev": 12, "test": 16})
+    tree = tiny_config(tmp_path / "unused", tmp_path / "unused", max_steps=20, eval_every=10, log_every=10)
+    tree["data"]["bpe_size"] = 48
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "xx-yy-cpu.yaml").write_text(yaml.safe_dump(tree), encoding="utf-8")
+    return ["--pairs", "xx-yy", "--systems", f"{BASELINE} qknorm", "--scale", "cpu", "--device", "cpu",
+            "--data-dir", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"),
+            "--results-dir", str(tmp_path / "results"), "--from-dir-root", str(tmp_path / "shared"),
+            "--config-dir", str(tmp_path / "configs"), "--bootstrap-samples", "100"]
+
+
+@pytest.mark.slow
+def test_reproduce_end_to_end_and_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = load_script()
+    args = setup_dirs(tmp_path)
+    assert script.main(args) == 0
+    out = tmp_path / "results" / "cpu-xx-yy"
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [(r["pair"], r["system"], r["status"]) for r in results["runs"]] == [
+        ("xx-yy", BASELINE, "tested"), ("xx-yy", "qknorm", "tested")]
+    for run in results["runs"]:
+        assert run["training"]["steps"] == 20 and run["training"]["train_seconds"] > 0
+        assert [step for step, _ in run["dev_curve"]] == [10, 20]
+        assert run["reference"]["value"] is None  # no published number for a synthetic pair
+    qknorm = results["runs"][1]
+    assert 0.0 <= qknorm["significance"]["p_value"] <= 1.0
+    assert set(qknorm["gains"]["final"]) >= {"encoder.0.self_attn", "decoder.1.cross_attn"}
+    for name in ("dev_bleu_xx-yy.png", "gains_xx-yy_qknorm.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    assert "| xx-yy | qknorm |" in (out / "results.md").read_text(encoding="utf-8")
+
+    runs = tmp_path / "runs"
+    stamps = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.suffix in {".pt", ".json", ".hyp"}}
+    capsys.readouterr()
+    assert script.main(args) == 0  # finished runs: no training, no decoding
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert "training finished already (train_done.json)" in capsys.readouterr().err
+
+    # A run finished before train_done.json existed is recognised from train.log and its config.yaml ...
+    run_dir = runs / "xx-yy-cpu-qknorm"
+    (run_dir / "train_done.json").unlink()
+    stamps = {p: t for p, t in stamps.items() if p.name != "train_done.json"}
+    assert script.main(args) == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert "training finished already (train.log)" in capsys.readouterr().err
+    assert json.loads((run_dir / "train_done.json").read_text(encoding="utf-8"))["progress"]["step"] == 20
+    # ... but not when its last session was killed (no stop line after the last start)
+    config = json.loads((run_dir / "train_done.json").read_text(encoding="utf-8"))["config"]
+    assert _finished_without_marker(run_dir, config)
+    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+        log.write("2025-01-01 00:00:00 resuming qknorm on xx-yy: ...\n")
+    assert not _finished_without_marker(run_dir, config)
+
+
+def test_missing_config_fails_before_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = load_script()
+    args = setup_dirs(tmp_path)
+    assert script.main([*args, "--pairs", "zz-yy"]) == 2
+    err = capsys.readouterr().err
+    assert "no config" in err and "zz-yy-cpu.yaml" in err and "available: xx-yy-cpu" in err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
+
+
+def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A train_done.json written for another config does not stop training (the run is resumed instead)."""
+    setup_dirs(tmp_path)
+    spec = RunSpec("xx-yy", "qknorm", "cpu", "cpu", str(tmp_path / "data"), None, str(tmp_path / "runs"),
+                   str(tmp_path / "configs"))
+    spec.save_dir.mkdir(parents=True)
+    (spec.save_dir / "checkpoint_best.pt").write_bytes(b"")
+    (spec.save_dir / "train_done.json").write_text(json.dumps({"config": {"other": 1}}), encoding="utf-8")
+    calls: list[list[str]] = []
+
+    class Done:
+        returncode = 1
+
+    monkeypatch.setattr("subprocess.run", lambda command, **_: calls.append(command) or Done())
+    with pytest.raises(Exception, match="exited with status 1"):
+        train_run(spec)
+    assert calls and "--resume" in calls[0]
