@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +56,15 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise NmtError(f"checkpoint not found: {path}")
+    _verify_archive(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # torch raises many types for truncated/corrupt/unsafe files
+    except pickle.UnpicklingError as exc:  # weights_only met something other than tensors and plain containers
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        what = f"a pickled {found.group(1)}" if found else "pickled objects other than tensors"
+        raise NmtError(f"checkpoint {path} holds {what}, which could run code when loaded; refused (not an nmt "
+                       "checkpoint, or a tampered one)") from None
+    except Exception as exc:  # torch raises many types for truncated/corrupt files
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NmtError(f"checkpoint {path} is corrupt, truncated or not an nmt checkpoint ({reason[:200]})") from None
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
@@ -64,6 +73,19 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         version = payload.get("format_version")
         raise NmtError(f"checkpoint {path} has format version {version}, expected {FORMAT_VERSION}")
     return payload
+
+
+def _verify_archive(path: Path) -> None:
+    """Check the zip container and every member's CRC-32, which :func:`torch.load` does not: a damaged byte in
+    tensor data would otherwise load as silently wrong weights."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise NmtError(f"checkpoint {path} is truncated, corrupt or not an nmt checkpoint (not a complete zip "
+                       f"archive: {exc})") from None
+    if damaged is not None:
+        raise NmtError(f"checkpoint {path} is corrupt: member {damaged} fails its CRC-32 check")
 
 
 def bytes_to_tensor(data: bytes) -> torch.Tensor:

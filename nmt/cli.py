@@ -52,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NmtError as exc:
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # always one line
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

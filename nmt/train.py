@@ -7,6 +7,7 @@ One plain loop (:meth:`Trainer.run`) with named helpers for a step, an evaluatio
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import signal
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from nmt import rng
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint
+from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint, tensor_to_bytes
 from nmt.config import Config, config_to_dict
 from nmt.data.batching import Batch, collate, make_batches
 from nmt.errors import NmtError
@@ -70,6 +71,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16")
         self.progress = Progress()
         self.stop_signal = 0
+        self.saved_step: int | None = None  # step of the checkpoint_last.pt this run wrote or resumed from
         self.src_lens, self.tgt_lens = self.data.train.lengths()
 
     # ----------------------------------------------------------------------------------------------- checkpoints
@@ -92,6 +94,15 @@ class Trainer:
     def save(self, name: str) -> None:
         if self.rt.is_main:
             save_checkpoint(self.save_dir / name, self.payload())
+        if name == "checkpoint_last.pt":
+            self.saved_step = self.progress.step
+
+    def diverged(self, what: str, value: float, step: int) -> NmtError:
+        """The error that stops a run whose loss or gradients are no longer finite, before anything is saved."""
+        last = self.save_dir / "checkpoint_last.pt"
+        kept = f"{last} (step {self.saved_step}) is kept" if self.saved_step is not None else "no checkpoint written"
+        return NmtError(f"{what} became {value} at step {step}; stopped, {kept} "
+                        "(try a lower train.lr or more train.warmup_steps)")
 
     def restore(self, path: Path) -> None:
         ckpt = load_checkpoint(path, map_location=self.rt.device)
@@ -101,15 +112,36 @@ class Trainer:
                 diff = [k for k in ours if theirs is None or theirs.get(k) != ours.get(k)]
                 raise NmtError(f"checkpoint {path} was trained with another {section} config "
                                f"(differs in {', '.join(f'{section}.{k}' for k in diff)})")
-        self.model.load_state_dict(ckpt["model"])
+        self.check_vocabulary(ckpt, path)
+        missing = [k for k in ("optimizer", "scheduler", "scaler", "rng", "progress") if k not in ckpt]
+        if missing:
+            raise NmtError(f"checkpoint {path} has no '{missing[0]}' entry: not a training checkpoint (an averaged "
+                           "checkpoint cannot be resumed)")
+        try:
+            self.model.load_state_dict(ckpt["model"])
+        except RuntimeError as exc:
+            detail = " ".join(str(exc).split())[:300]
+            raise NmtError(f"checkpoint {path} does not fit the model of the config ({detail})") from None
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.lr.load_state_dict(ckpt["scheduler"])
         self.scaler.load_state_dict(ckpt["scaler"])
         self.progress = Progress(**ckpt["progress"])
+        self.saved_step = self.progress.step
         if self.rt.rank == 0:
             rng.restore(ckpt["rng"])
         else:
             rng.seed_all(self.cfg.train.seed + 1000 * self.rt.rank + self.progress.step)
+
+    def check_vocabulary(self, ckpt: dict[str, Any], path: Path) -> None:
+        """A run resumes only on the SentencePiece model it was trained with (the data may have been re-prepared)."""
+        spm_path = Path(self.cfg.data.data_dir) / self.cfg.data.pair / "spm.model"
+        theirs = tensor_to_bytes(ckpt["spm"]) if "spm" in ckpt else b""
+        sizes = int(ckpt.get("vocab_size", -1)), self.data.vocab_size
+        if sizes[0] != sizes[1] or theirs != self.data.spm_bytes:
+            digests = [hashlib.sha256(b).hexdigest()[:12] for b in (theirs, self.data.spm_bytes)]
+            raise NmtError(f"checkpoint {path} (vocab_size {sizes[0]}, SentencePiece model sha256 {digests[0]}) was "
+                           f"trained on another vocabulary than the prepared data's {spm_path} (vocab_size {sizes[1]}, "
+                           f"sha256 {digests[1]}); resume on the data it was trained on or set another train.save_dir")
 
     def prune_numbered(self) -> None:
         keep = self.cfg.train.keep_last
@@ -146,12 +178,13 @@ class Trainer:
         loss_sum, nll_sum = all_sum(self.rt, [loss_sum, nll_sum])
         step = self.progress.step + 1
         if not math.isfinite(loss_sum) and self.rt.precision != "fp16":
-            raise NmtError(f"training loss became {loss_sum} at step {step}; stopped, the last good checkpoint "
-                           f"in {self.save_dir} is kept (try a lower train.lr or train.precision=fp32)")
+            raise self.diverged("training loss", loss_sum, step)
         rate = self.lr.apply(self.optimizer, step)
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg.train.clip_norm if self.cfg.train.clip_norm > 0 else float("inf")
         gnorm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        if not math.isfinite(gnorm) and not self.scaler.is_enabled():  # fp16: the scaler skips this step
+            raise self.diverged("gradient norm", gnorm, step)
         scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -167,10 +200,11 @@ class Trainer:
         """Dev loss and BLEU on rank 0, shared with all ranks; updates best checkpoint and the plateau schedule."""
         p, t = self.progress, self.cfg.train
         record: dict[str, Any] = {"step": p.step, "epoch": p.epoch}
-        bleu = 0.0
+        bleu = dev = 0.0
         if self.rt.is_main:
             self.model.eval()
             loss, nll = dev_loss(self.model, self.data.dev, self.cfg.decode.max_tokens, self.rt, t.label_smoothing)
+            dev = loss
             beam = t.eval_beam or self.cfg.decode.beam
             d = self.cfg.decode
             ids = decode_ids(self.model, self.data.dev.data.src, beam, d.lenpen, d.max_len_a, d.max_len_b,
@@ -179,7 +213,9 @@ class Trainer:
             bleu = tokenized_bleu(hyps, self.data.dev.references)
             record.update(dev_loss=loss, dev_nll=nll, dev_ppl=math.exp(min(nll, 50)), bleu=bleu,
                           lr=self.lr.lr(p.step), gains=self.model.qknorm_gains())
-        (bleu,) = broadcast_floats(self.rt, [bleu])
+        bleu, dev = broadcast_floats(self.rt, [bleu, dev])
+        if not math.isfinite(dev) and self.rt.precision != "fp16":  # weights gone bad: keep the last checkpoint
+            raise self.diverged("dev loss", dev, p.step)
         decayed = self.lr.observe(bleu)
         improved = bleu > p.best_bleu
         if improved:

@@ -116,7 +116,8 @@ def load_ted(request: Request) -> Corpus:
     paths = {split: extracted / name for split, name in TED_FILES.items()}
     if not all(p.exists() for p in paths.values()):
         archive = download.fetch(url, request.downloads, filename="ted_talks.tar.gz", progress=request.progress)
-        print(f"extracting {', '.join(TED_FILES.values())} from {archive}", file=sys.stderr)
+        if request.progress:
+            print(f"extracting {', '.join(TED_FILES.values())} from {archive}", file=sys.stderr)
         download.extract(archive, extracted, list(TED_FILES.values()))
     return {split: read_ted_tsv(paths[split], request.src, request.tgt) for split in SPLITS}
 

@@ -108,7 +108,7 @@ def fetch(url: str, dest_dir: str | Path, *, filename: str | None = None, expect
         retries: extra attempts after transient failures; default :data:`RETRIES`.
         backoff: seconds before the first retry, doubled each time; default :data:`BACKOFF_S`.
         timeout: socket timeout in seconds; default :data:`TIMEOUT_S`.
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar and retry notices on stderr.
 
     Raises:
         NmtError: 4xx answer, checksum mismatch, or still failing after all retries.
@@ -139,7 +139,8 @@ def fetch(url: str, dest_dir: str | Path, *, filename: str | None = None, expect
     for attempt in range(retries + 1):
         if attempt:
             wait = backoff * 2 ** (attempt - 1)
-            print(f"retrying {url} in {wait:.3g}s ({last})", file=sys.stderr)
+            if progress:
+                print(f"retrying {url} in {wait:.3g}s ({last})", file=sys.stderr)
             time.sleep(wait)
         try:
             _fetch_once(url, part, timeout, progress)
@@ -208,4 +209,5 @@ def extract(archive: str | Path, dest: str | Path, names: list[str]) -> dict[str
                 out[name] = path
             return out
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise NmtError(f"cannot read archive {archive}: {exc}") from None
+        detail = " ".join(str(exc).split())  # tarfile lists one reason per compression method, one per line
+        raise NmtError(f"cannot read archive {archive} (truncated, corrupt or not a tar file): {detail}") from None
