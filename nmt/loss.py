@@ -19,11 +19,9 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, epsilon: floa
         target: (B, T) token ids, PAD where there is no token.
         epsilon: smoothing mass in [0, 1).
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)  # (B*T, V)
+    lprobs = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)  # (B, T, V) -> (B*T, V)
     flat = target.reshape(-1)
-    mask = flat != PAD
-    lprobs, flat = lprobs[mask], flat[mask]
-    nll = -lprobs.gather(1, flat.unsqueeze(1)).squeeze(1)
-    smooth = -lprobs.mean(dim=-1)
-    loss = (1.0 - epsilon) * nll + epsilon * smooth
-    return loss.sum(), nll.sum()
+    nll = F.nll_loss(lprobs, flat, ignore_index=PAD, reduction="sum")
+    # mean over the vocabulary of -log p, summed over real tokens (no masked copy of the large lprobs tensor)
+    smooth = -(lprobs.sum(dim=-1) * (flat != PAD)).sum() / lprobs.size(-1)
+    return (1.0 - epsilon) * nll + epsilon * smooth, nll

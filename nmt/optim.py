@@ -95,8 +95,7 @@ class LRController:
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam with the config's betas and epsilon (fused on CUDA, foreach elsewhere)."""
+    """Adam with the config's betas and epsilon, using the fused kernel (CPU and CUDA)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    on_cuda = bool(params) and params[0].is_cuda
     return torch.optim.Adam(params, lr=0.0, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
-                            fused=on_cuda or None, foreach=None if on_cuda else True)
+                            fused=True)
