@@ -1,0 +1,285 @@
+"""Speed measurements: training throughput, peak memory and decoding speed on prepared data (``nmt bench``).
+
+Training is timed through the real :meth:`nmt.train.Trainer.train_step` (collation, forward, loss, backward, clipping,
+optimizer) from wall clock over a fixed run of batches after a warm-up; every repeat replays the same batches so the
+repeats differ only by noise. Decoding goes through :class:`nmt.translate.Translator` (the ``nmt translate`` path:
+token-budget batches, beam search or greedy) on the first N test sentences. Each figure is reported as the median
+of the repeats with its min and max, and the machine's load average is recorded before and after, since a shared
+machine makes every number here smaller.
+
+Benchmarks are measurements, never timed tests: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from nmt.config import Config, load_config
+from nmt.data.batching import collate
+from nmt.runtime import Runtime, setup, teardown
+
+if TYPE_CHECKING:
+    from nmt.pipeline import RunSpec
+    from nmt.train import Trainer
+
+# A "typical" paper-scale run, for estimate_paper_hours: the papers train until the learning rate has decayed below
+# stop_lr on dev-BLEU plateaus (or max_epochs), which has no closed form. We assume 50 epochs, but never fewer than
+# 3 x warmup_steps updates (the warmup itself plus the plateau decays that follow it; gl-en's 8000 warmup steps are
+# already ~80 of its epochs), and never more than train.max_epochs.
+TYPICAL_EPOCHS = 50
+WARMUP_MULTIPLE = 3
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What ``nmt bench`` runs.
+
+    Attributes:
+        steps: timed training updates per repeat.
+        warmup: untimed updates first (allocator, autocast caches, ``torch.compile``).
+        repeats: timed repeats of the training and of each decoding mode.
+        decode_sentences: test sentences decoded per repeat (0: no decoding).
+        beam: beam size of the beam-search measurement (greedy is measured too).
+        checkpoint: decode with these trained weights instead of the freshly trained-for-a-few-steps model (an
+            untrained model rambles until the length limit, which is slower than real decoding).
+    """
+
+    steps: int = 20
+    warmup: int = 3
+    repeats: int = 3
+    decode_sentences: int = 200
+    beam: int = 4
+    checkpoint: str | None = None
+
+
+def summarize(values: list[float]) -> dict[str, Any]:
+    """Median, min, max and relative spread ((max - min) / median) of the repeats."""
+    median = statistics.median(values)
+    return {"median": median, "min": min(values), "max": max(values),
+            "spread": (max(values) - min(values)) / median if median else 0.0, "runs": values}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if platform.system() == "Darwin" else peak / 1024
+
+
+def load_average() -> list[float]:
+    """1-, 5- and 15-minute load averages (empty where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _trainer(cfg: Config, runtime: Runtime) -> Trainer:
+    from nmt.train import Trainer
+
+    return Trainer(cfg, runtime)
+
+
+def time_training(trainer: Trainer, steps: int, warmup: int, repeats: int) -> dict[str, Any]:
+    """Throughput of ``trainer.train_step`` over ``steps`` updates (after ``warmup``), ``repeats`` times.
+
+    Every repeat replays the same batches of epoch 1 (the first ``warmup`` batches warm up, the next ``steps`` are
+    timed), so repeats see identical shapes.
+    """
+    batches = trainer.epoch_batches(1)
+    uf = trainer.cfg.train.update_freq
+    needed = (warmup + steps) * uf
+    chunks = [batches[i % len(batches)] for i in range(needed)]
+    device = trainer.rt.device
+    data = trainer.data.train
+
+    def update(k: int) -> tuple[float, float, int]:
+        indices = chunks[k * uf:(k + 1) * uf]
+        stats = trainer.train_step([collate(data, ix).to(device) for ix in indices])
+        return stats["src_tokens"], stats["tgt_tokens"], sum(len(ix) for ix in indices)
+
+    for k in range(warmup):
+        update(k)
+    runs: dict[str, list[float]] = {"src_tgt_tokens_per_s": [], "tgt_tokens_per_s": [], "sentences_per_s": [],
+                                    "steps_per_s": []}
+    for _ in range(repeats):
+        src = tgt = sents = 0.0
+        _sync(device)
+        started = time.perf_counter()
+        for k in range(warmup, warmup + steps):
+            s, t, n = update(k)
+            src, tgt, sents = src + s, tgt + t, sents + n
+        _sync(device)
+        seconds = time.perf_counter() - started
+        runs["src_tgt_tokens_per_s"].append((src + tgt) / seconds)
+        runs["tgt_tokens_per_s"].append(tgt / seconds)
+        runs["sentences_per_s"].append(sents / seconds)
+        runs["steps_per_s"].append(steps / seconds)
+    result: dict[str, Any] = {"steps": steps, "warmup": warmup, "repeats": repeats, "update_freq": uf}
+    result.update({name: summarize(values) for name, values in runs.items()})
+    return result
+
+
+def time_decoding(translate: Callable[[list[list[int]], int], list[list[int]]], sources: list[list[int]],
+                  beam: int, repeats: int, device: torch.device) -> dict[str, Any]:
+    """Sentences/s and generated tokens/s (EOS included) of ``translate(sources, beam)``, ``repeats`` times."""
+    translate(sources[: min(len(sources), 8)], beam)  # warm-up
+    sents, tokens = [], []
+    for _ in range(repeats):
+        _sync(device)
+        started = time.perf_counter()
+        outputs = translate(sources, beam)
+        _sync(device)
+        seconds = time.perf_counter() - started
+        sents.append(len(sources) / seconds)
+        tokens.append(sum(len(o) + 1 for o in outputs) / seconds)
+    return {"beam": beam, "sentences": len(sources), "sentences_per_s": summarize(sents),
+            "tokens_per_s": summarize(tokens),
+            "mean_output_tokens": sum(len(o) + 1 for o in outputs) / max(len(outputs), 1)}
+
+
+def _test_sources(cfg: Config, n: int) -> list[list[int]]:
+    """The first ``n`` non-empty test sources (dev when the pair has no test split)."""
+    from nmt.data.binarized import load_split
+
+    pair_dir = Path(cfg.data.data_dir) / cfg.data.pair
+    src = cfg.data.pair.split("-")[0]
+    split = "test" if (pair_dir / "bin" / f"test.{src}.tokens.npy").is_file() else "dev"
+    rows = [r.tolist() for r in load_split(pair_dir, split, src) if len(r)]
+    return rows[:n]
+
+
+def _decoder(trainer: Trainer, settings: BenchSettings) -> Callable[[list[list[int]], int], list[list[int]]]:
+    from nmt.checkpoint import load_checkpoint, restore_model
+    from nmt.translate import Translator
+
+    device = trainer.rt.device
+    if settings.checkpoint:
+        model, config, tokenizer = restore_model(load_checkpoint(settings.checkpoint, map_location="cpu"), device,
+                                                 path=settings.checkpoint)
+        translator = Translator(model, config, tokenizer, device)
+    else:
+        trainer.model.eval()
+        translator = Translator(trainer.model, trainer.cfg, trainer.data.tokenizer, device)
+
+    def translate(sources: list[list[int]], beam: int) -> list[list[int]]:
+        return [nbest[0].tokens for nbest in translator.translate_ids(sources, beam=beam, nbest=1)]
+
+    return translate
+
+
+def run_bench(cfg: Config, settings: BenchSettings) -> dict[str, Any]:
+    """Measure training throughput, peak memory and decoding speed for ``cfg``; returns a JSON-ready dict."""
+    load_before = load_average()
+    runtime = setup(cfg.train.device, cfg.train.precision)
+    try:
+        if runtime.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(runtime.device)
+        trainer = _trainer(cfg, runtime)
+        n_params = sum(p.numel() for p in trainer.model.parameters())
+        train = time_training(trainer, settings.steps, settings.warmup, settings.repeats)
+        memory: dict[str, float] = {"peak_rss_mb": peak_rss_mb()}
+        if runtime.device.type == "cuda":
+            memory["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(runtime.device) / 2**20
+        decode: dict[str, Any] = {}
+        if settings.decode_sentences > 0:
+            sources = _test_sources(cfg, settings.decode_sentences)
+            translate = _decoder(trainer, settings)
+            decode[f"beam{settings.beam}"] = time_decoding(translate, sources, settings.beam, settings.repeats,
+                                                           runtime.device)
+            decode["greedy"] = time_decoding(translate, sources, 1, settings.repeats, runtime.device)
+            decode["checkpoint"] = settings.checkpoint
+        memory["peak_rss_mb_after_decoding"] = peak_rss_mb()
+    finally:
+        teardown(runtime)
+    return {
+        "system": cfg.system, "pair": cfg.data.pair, "device": str(runtime.device), "precision": runtime.precision,
+        "compile": cfg.train.compile, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "cpu_count": os.cpu_count(), "parameters": n_params,
+        "model": {"enc_layers": cfg.model.enc_layers, "dec_layers": cfg.model.dec_layers,
+                  "d_model": cfg.model.d_model, "d_ff": cfg.model.d_ff, "n_heads": cfg.model.n_heads,
+                  "attention": cfg.model.attention, "norm": cfg.model.norm, "fixnorm": cfg.model.fixnorm},
+        "max_tokens": cfg.train.max_tokens, "train": train, "memory": memory, "decode": decode,
+        "load_before": load_before, "load_after": load_average(),
+    }
+
+
+def _fmt(summary: dict[str, Any], digits: int = 0) -> str:
+    return f"{summary['median']:,.{digits}f} (±{100 * summary['spread'] / 2:.0f}%)"
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """A short human-readable table of :func:`run_bench`'s result."""
+    t, m = result["train"], result["memory"]
+    lines = [
+        f"nmt bench: {result['system']} on {result['pair']}, {result['parameters'] / 1e6:.2f}M parameters, "
+        f"{result['device']} ({result['threads']} threads), {result['precision']}"
+        + (", compiled" if result["compile"] else ""),
+        f"load average before {result['load_before']} after {result['load_after']} "
+        f"(cpu count {result['cpu_count']})",
+        f"training ({t['steps']} steps x {t['repeats']} repeats after {t['warmup']} warm-up, median (±half range)):",
+        f"  src+tgt tokens/s  {_fmt(t['src_tgt_tokens_per_s'])}",
+        f"  tgt tokens/s      {_fmt(t['tgt_tokens_per_s'])}",
+        f"  sentences/s       {_fmt(t['sentences_per_s'], 1)}",
+        f"  updates/s         {_fmt(t['steps_per_s'], 2)}",
+        f"memory: peak RSS {m['peak_rss_mb']:.0f} MiB after training, {m['peak_rss_mb_after_decoding']:.0f} MiB "
+        "after decoding" + (f"; CUDA max allocated {m['cuda_max_allocated_mb']:.0f} MiB"
+                            if "cuda_max_allocated_mb" in m else ""),
+    ]
+    for name, d in result["decode"].items():
+        if name == "checkpoint":
+            continue
+        lines.append(f"decoding {name} ({d['sentences']} test sentences, {d['mean_output_tokens']:.1f} output "
+                     f"tokens each): {_fmt(d['sentences_per_s'], 1)} sentences/s, {_fmt(d['tokens_per_s'])} tokens/s")
+    if result["decode"].get("checkpoint"):
+        lines.append(f"decoding weights: {result['decode']['checkpoint']}")
+    return "\n".join(lines)
+
+
+def to_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2)
+
+
+def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
+    """Hours the pair's paper configuration would train on this machine, from a few timed steps.
+
+    Times a few updates of ``spec.config_path`` (with ``spec``'s overrides) on the prepared data, then extrapolates
+    to a typical run: :data:`TYPICAL_EPOCHS` epochs, but at least :data:`WARMUP_MULTIPLE` x warmup_steps updates and
+    at most ``train.max_epochs`` epochs (validation time not included).
+
+    Returns:
+        the hours, and a short detail string (s/update, updates/epoch, assumed updates).
+    """
+    cfg = load_config(spec.config_path, [*spec.overrides, "train.progress=false", "train.tensorboard=false"])
+    runtime = setup(cfg.train.device, cfg.train.precision)
+    try:
+        trainer = _trainer(cfg, runtime)
+        timed = time_training(trainer, steps=3, warmup=1, repeats=1)
+        per_epoch = max(len(trainer.epoch_batches(1)) // cfg.train.update_freq, 1)
+    finally:
+        teardown(runtime)
+    seconds_per_update = 1.0 / timed["steps_per_s"]["median"]
+    epochs = min(max(TYPICAL_EPOCHS, math.ceil(WARMUP_MULTIPLE * cfg.train.warmup_steps / per_epoch)),
+                 cfg.train.max_epochs)
+    updates = epochs * per_epoch
+    hours = updates * seconds_per_update / 3600
+    detail = (f"{seconds_per_update:.2f} s/update measured, {per_epoch} updates/epoch, assuming {epochs} epochs = "
+              f"{updates} updates")
+    return hours, detail
+

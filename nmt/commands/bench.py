@@ -1,0 +1,54 @@
+"""Measure speed on prepared data: ``nmt bench CONFIG [--device D] [--steps N] [--repeats R] [--json] [--set k=v]``.
+
+Training throughput (source+target tokens/s, target tokens/s, sentences/s from wall clock over ``--steps`` updates
+after ``--warmup``), peak memory (RSS; CUDA max allocated on a GPU) and decoding speed (sentences/s at ``--beam`` and
+greedy on ``--sentences`` test sentences), each the median of ``--repeats`` runs with its spread, and the machine's
+load average before and after. Example: ``nmt bench configs/bench.yaml --set system=prenorm_fixnorm_layernorm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from nmt.bench import BenchSettings
+
+_DEFAULTS = BenchSettings()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config of the model, data and batch size (e.g. configs/bench.yaml)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="override train.device")
+    parser.add_argument("--steps", type=int, default=_DEFAULTS.steps, help="timed training updates per repeat")
+    parser.add_argument("--warmup", type=int, default=_DEFAULTS.warmup, help="untimed updates before timing")
+    parser.add_argument("--repeats", type=int, default=_DEFAULTS.repeats, help="repeats of every measurement")
+    parser.add_argument("--sentences", type=int, default=_DEFAULTS.decode_sentences,
+                        help="test sentences decoded per repeat (0: skip decoding)")
+    parser.add_argument("--beam", type=int, default=_DEFAULTS.beam, help="beam size of the beam-search measurement")
+    parser.add_argument("--checkpoint", default=None,
+                        help="decode with this checkpoint's weights (default: the model after the timed steps)")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of a table")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one config value (repeatable), e.g. --set system=qknorm")
+
+
+def run(args: argparse.Namespace) -> int:
+    from nmt.bench import format_report, run_bench, to_json
+    from nmt.config import load_config
+    from nmt.errors import NmtError
+
+    for name in ("steps", "repeats", "beam"):
+        if getattr(args, name) < 1:
+            raise NmtError(f"--{name} {getattr(args, name)} must be at least 1")
+    if args.warmup < 0 or args.sentences < 0:
+        raise NmtError("--warmup and --sentences must be >= 0")
+    overrides = ["train.progress=false", "train.tensorboard=false", *args.overrides]
+    if args.device:
+        overrides.append(f"train.device={args.device}")
+    cfg = load_config(args.config, overrides)
+    settings = BenchSettings(steps=args.steps, warmup=args.warmup, repeats=args.repeats,
+                             decode_sentences=args.sentences, beam=args.beam, checkpoint=args.checkpoint)
+    result = run_bench(cfg, settings)
+    result["config"] = args.config
+    result["overrides"] = args.overrides
+    print(to_json(result) if args.json else format_report(result))
+    return 0

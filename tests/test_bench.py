@@ -1,0 +1,75 @@
+"""`nmt bench` on a tiny synthetic corpus: valid JSON with the expected keys and positive numbers (no timings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nmt.bench import estimate_paper_hours
+from nmt.cli import main
+from nmt.data.prepare import prepare
+from nmt.pipeline import RunSpec
+from tests.synthetic import tiny_config, write_corpus
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench")
+    corpus = write_corpus(root / "corpus", {"train": 300, "dev": 10, "test": 10})
+    prepare("xx-yy", root / "data", from_dir=corpus, bpe_size=48, progress=False)
+    return root / "data"
+
+
+def write_config(data_dir: Path, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(tiny_config(data_dir, path.parent / "unused")), encoding="utf-8")
+    return path
+
+
+def positive(summary: dict) -> bool:
+    return all(summary[k] > 0 for k in ("median", "min", "max")) and len(summary["runs"]) == 1
+
+
+def test_bench_json(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(data_dir, tmp_path / "bench.yaml")
+    status = main(["bench", str(config), "--steps", "2", "--repeats", "1", "--warmup", "1", "--sentences", "4",
+                   "--json", "--device", "cpu", "--set", "decode.max_len_b=5"])
+    assert status == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("system", "device", "precision", "parameters", "train", "memory", "decode", "load_before",
+                "load_after", "config"):
+        assert key in result, key
+    train = result["train"]
+    assert train["steps"] == 2 and train["repeats"] == 1
+    for key in ("src_tgt_tokens_per_s", "tgt_tokens_per_s", "sentences_per_s", "steps_per_s"):
+        assert positive(train[key]), key
+    assert train["src_tgt_tokens_per_s"]["median"] > train["tgt_tokens_per_s"]["median"]
+    assert result["memory"]["peak_rss_mb"] > 0
+    for mode in ("beam4", "greedy"):
+        decode = result["decode"][mode]
+        assert decode["sentences"] == 4
+        assert positive(decode["sentences_per_s"]) and positive(decode["tokens_per_s"])
+    assert not (tmp_path / "unused").exists()  # bench writes no run directory
+
+
+def test_bench_table_and_option_errors(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(data_dir, tmp_path / "bench.yaml")
+    assert main(["bench", str(config), "--steps", "1", "--repeats", "1", "--warmup", "0", "--sentences", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "tgt tokens/s" in out and "load average" in out and "sentences/s, " not in out
+    assert main(["bench", str(config), "--steps", "0"]) == 2
+    assert "--steps 0 must be at least 1" in capsys.readouterr().err
+
+
+def test_estimate_paper_hours(data_dir: Path, tmp_path: Path) -> None:
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    write_config(data_dir, configs / "xx-yy.yaml")
+    spec = RunSpec("xx-yy", "qknorm", "paper", device="cpu", data_dir=str(data_dir), runs_dir=str(tmp_path / "runs"),
+                   config_dir=str(configs))
+    hours, detail = estimate_paper_hours(spec)
+    assert hours > 0
+    assert "updates/epoch" in detail and "epochs" in detail
+    assert not (tmp_path / "runs").exists()
