@@ -21,13 +21,23 @@ import torch
 from nmt.errors import NmtError
 
 FORMAT_VERSION = 1
+TMP_SUFFIX = ".tmp"
+
+
+def remove_temporaries(directory: str | Path) -> int:
+    """Delete the partial files of writes that were killed (``kill -9`` skips the cleanup in
+    :func:`atomic_write_bytes`); call it only where no other process is writing. Returns how many were removed."""
+    stale = list(Path(directory).glob(f".*.pt.*{TMP_SUFFIX}"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from nmt import rng
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint, tensor_to_bytes
+from nmt.checkpoint import bytes_to_tensor, load_checkpoint, remove_temporaries, save_checkpoint, tensor_to_bytes
 from nmt.config import Config, config_to_dict
 from nmt.data.batching import Batch, collate, make_batches
 from nmt.errors import NmtError
@@ -269,6 +269,7 @@ class Trainer:
                            "or set another train.save_dir")
         if self.rt.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
+            remove_temporaries(self.save_dir)  # left by a run killed in the middle of a checkpoint write
             self.write_run_files()
         p, t = self.progress, self.cfg.train
         log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
