@@ -2,7 +2,9 @@
 
 A checkpoint is a dict of tensors and plain containers only, so :func:`torch.load` runs with ``weights_only=True``
 and an untrusted file cannot execute code. Writes go to a temporary file in the same directory, are fsynced, and
-replace the target with :func:`os.replace`: a crash (even ``kill -9``) mid-write leaves the previous file intact.
+replace the target with :func:`os.replace`: a crash (even ``kill -9``) mid-write leaves the previous file intact
+(and a temporary that :func:`remove_temporaries` deletes). Loading first checks every zip member's CRC-32, which
+:func:`torch.load` skips, so a damaged file is an error rather than silently wrong weights.
 """
 
 from __future__ import annotations
