@@ -153,9 +153,15 @@ def train_run(spec: RunSpec) -> None:
     for override in spec.overrides:
         command += ["--set", override]
     print("$ " + " ".join(command), file=sys.stderr, flush=True)
-    result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if result.returncode != 0:
-        raise NmtError(f"training {spec.save_dir} exited with status {result.returncode}; rerun to resume it")
+    child = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        returncode = child.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the child too: let it finish writing checkpoint_last.pt before this driver stops
+        child.wait()
+        raise
+    if returncode != 0:
+        raise NmtError(f"training {spec.save_dir} exited with status {returncode}; rerun to resume it")
     _mark_done(spec, config)
 
 

@@ -297,6 +297,7 @@ class Trainer:
                 if t.save_every > 0 and p.step % t.save_every == 0:
                     self.save(f"checkpoint_{p.step}.pt")
                     self.prune_numbered()
+            p.train_seconds = start_seconds + time.time() - started  # a time-limited run stays stopped on resume
             if p.last_eval_step != p.step and reason != "interrupted":
                 self.evaluate(log)
             elif p.last_eval_step != p.step or reason == "interrupted":

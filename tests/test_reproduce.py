@@ -106,10 +106,14 @@ def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyP
     (spec.save_dir / "train_done.json").write_text(json.dumps({"config": {"other": 1}}), encoding="utf-8")
     calls: list[list[str]] = []
 
-    class Done:
-        returncode = 1
+    class Child:
+        def __init__(self, command: list[str], **_: object) -> None:
+            calls.append(command)
 
-    monkeypatch.setattr("subprocess.run", lambda command, **_: calls.append(command) or Done())
+        def wait(self) -> int:
+            return 1
+
+    monkeypatch.setattr("subprocess.Popen", Child)
     with pytest.raises(Exception, match="exited with status 1"):
         train_run(spec)
     assert calls and "--resume" in calls[0]
