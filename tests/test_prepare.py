@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -163,16 +162,8 @@ def test_prepare_iwslt_through_http_with_retry(http_server: Server, tmp_path: Pa
     assert all(hits == 2 for hits in http_server.hits.values())
 
 
-def _use_available_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Other commands may not exist yet while the package is being written; the CLI wiring is the same."""
-    available = {name: text for name, text in cli.COMMANDS.items()
-                 if importlib.util.find_spec(f"nmt.commands.{name}") is not None}
-    monkeypatch.setattr(cli, "COMMANDS", available)
-
-
 def test_cli_prepare_and_error(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                capsys: pytest.CaptureFixture[str]) -> None:
-    _use_available_commands(monkeypatch)
     data = str(tmp_path / "data")
     args = ["prepare", "xx-yy", "--from-dir", str(corpus_dir), "--data-dir", data, "--bpe-size", "60"]
     assert cli.main(args) == 0
