@@ -86,11 +86,13 @@ def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, cap: int | None =
 def _mask_step(log_probs: Tensor, at_max: Tensor) -> Tensor:
     """Forbid PAD and BOS everywhere and everything but EOS on rows that reached their length limit."""
     log_probs = log_probs.float().clone()
-    log_probs[:, PAD] = -torch.inf
-    log_probs[:, BOS] = -torch.inf
-    not_eos = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
-    not_eos[EOS] = False
-    return log_probs.masked_fill(at_max[:, None] & not_eos[None, :], -torch.inf)
+    log_probs[:, [PAD, BOS]] = -torch.inf
+    if bool(at_max.any()):  # rare: only at a sentence's last step, so no (N, V) mask is built every step
+        rows = at_max.nonzero(as_tuple=True)[0]
+        eos = log_probs[rows, EOS]
+        log_probs[rows] = -torch.inf
+        log_probs[rows, EOS] = eos
+    return log_probs
 
 
 @dataclass

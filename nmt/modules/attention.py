@@ -251,3 +251,26 @@ class MultiHeadAttention(nn.Module):
         cache[0, :, :, t] = k[:, :, 0]
         cache[1, :, :, t] = v[:, :, 0]
         return self.attend(q, cache[0, :, :, : t + 1], cache[1, :, :, : t + 1])
+
+    def step_cross(self, x: Tensor, memory_k: Tensor, memory_v: Tensor, mask: Tensor | None, group: int) -> Tensor:
+        """One incremental cross-attention step for N = M * ``group`` rows sharing M memories.
+
+        The ``group`` rows of one memory (the beams of one sentence) attend as ``group`` query positions of one
+        batch entry, so the keys/values are never repeated per beam.
+
+        Args:
+            x: the new position's input (N, 1, D).
+            memory_k, memory_v: scored keys and values (M, H, S, D/H).
+            mask: source key mask (M, 1, 1, S) or None.
+            group: consecutive rows of ``x`` sharing one memory row.
+
+        Returns:
+            (N, 1, D).
+        """
+        q = self.project_queries(x)  # (N, H, 1, D/H)
+        if group == 1:
+            return self.attend(q, memory_k, memory_v, mask)
+        N = q.size(0)
+        q = q.reshape(N // group, group, self.n_heads, self.d_head).transpose(1, 2)  # -> (M, H, group, D/H)
+        out = F.scaled_dot_product_attention(q, memory_k, memory_v, attn_mask=mask, scale=self.scoring.scale)
+        return self.out_proj(out.transpose(1, 2).reshape(N, 1, self.d_model))  # (M, H, g, D/H) -> (N, 1, D)

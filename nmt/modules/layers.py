@@ -88,12 +88,18 @@ class DecoderLayer(nn.Module):
         return self.ffn_res(x, self.ffn)
 
     def step(
-        self, x: Tensor, self_cache: Tensor, t: int, memory_k: Tensor, memory_v: Tensor, src_mask: Tensor | None
+        self,
+        x: Tensor,
+        self_cache: Tensor,
+        t: int,
+        memory_k: Tensor,
+        memory_v: Tensor,
+        src_mask: Tensor | None,
+        group: int = 1,
     ) -> Tensor:
         """One incremental step at position ``t``: ``x`` (N, 1, D), ``self_cache`` (2, N, H, capacity, D/H),
-        precomputed cross-attention keys/values (N, H, S, D/H); returns (N, 1, D)."""
+        precomputed cross-attention keys/values (M, H, S, D/H) shared by ``group`` consecutive rows
+        (N = M * group); returns (N, 1, D)."""
         x = self.self_res(x, lambda h: self.self_attn.step(h, self_cache, t))
-        x = self.cross_res(
-            x, lambda h: self.cross_attn.attend(self.cross_attn.project_queries(h), memory_k, memory_v, src_mask)
-        )
+        x = self.cross_res(x, lambda h: self.cross_attn.step_cross(h, memory_k, memory_v, src_mask, group))
         return self.ffn_res(x, self.ffn)
