@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.modules.dropout import dropout
 from nmt.modules.norms import RMSNorm
 
 
@@ -195,7 +196,7 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
         weights = logits.softmax(-1).nan_to_num(0.0)  # a fully masked row attends to nothing, as in the fused path
-        dropped = F.dropout(weights, self.dropout, self.training)
+        dropped = dropout(weights, self.dropout, self.training)
         return torch.matmul(dropped.to(v.dtype), v), weights
 
     def attend_with_weights(

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.modules.dropout import dropout
 from nmt.vocab import PAD, SPECIALS, UNK
 
 
@@ -108,7 +109,7 @@ class TiedEmbedding(nn.Module):
             tokens = word_dropout(tokens, self.word_dropout)
         table = self.table() if table is None else table
         x = F.embedding(tokens, table, padding_idx=PAD) * self.scale + self.positions[offset : offset + T]
-        return F.dropout(x, self.dropout, self.training)
+        return dropout(x, self.dropout, self.training)
 
     def logits(self, h: Tensor, table: Tensor | None = None) -> Tensor:
         """Output logits ``h . w^T + bias``: (..., D) -> (..., V)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.modules.dropout import dropout
+
 
 class FeedForward(nn.Module):
     """``down(dropout(relu(up(x))))`` applied at every position (Vaswani et al. 2017, arXiv 1706.03762).
@@ -22,4 +24,4 @@ class FeedForward(nn.Module):
         self.act_dropout = act_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(F.dropout(F.relu(self.up(x)), self.act_dropout, self.training))
+        return self.down(dropout(F.relu(self.up(x)), self.act_dropout, self.training))
