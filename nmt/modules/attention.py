@@ -8,6 +8,7 @@ A scoring module transforms the per-head queries and keys before the dot product
 from __future__ import annotations
 
 import math
+import typing
 
 import torch
 import torch.nn.functional as F
@@ -74,11 +75,42 @@ class QKNorm(Scoring):
         self.gain = nn.Parameter(torch.tensor(qknorm_gain_init(length)))
 
     def queries(self, q: Tensor) -> Tensor:
-        # autocast may compute the norm in float32; keep q, k and v in one dtype for the fused kernel
-        return F.normalize(q, dim=-1).to(q.dtype) * self.gain.to(q.dtype)
+        return unit_norm(q, self.gain)
 
     def keys(self, k: Tensor) -> Tensor:
-        return F.normalize(k, dim=-1).to(k.dtype)
+        return unit_norm(k)
+
+
+class _UnitNorm(torch.autograd.Function):
+    """``scale * x / max(||x||_2, eps)`` over the last dimension, in ``x``'s dtype, with a hand-written backward.
+
+    Autograd through ``F.normalize`` (norm, clamp, division, dtype casts) takes ~10 elementwise passes backward; this
+    takes 5, which keeps QKNorm within a few percent of scaled dot-product attention in training.
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor, scale: Tensor | None) -> Tensor:
+        with torch.autocast(x.device.type, enabled=False):  # norms accumulate in float32, outputs keep x's dtype
+            acc = torch.promote_types(x.dtype, torch.float32)
+            inv = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=acc).clamp_min_(1e-12).reciprocal_()
+            unit = x * inv.to(x.dtype)
+            ctx.save_for_backward(unit, inv, scale)  # type: ignore[arg-type]
+            return unit if scale is None else unit * scale.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
+        unit, inv, scale = ctx.saved_tensors  # type: ignore[attr-defined]
+        with torch.autocast(grad.device.type, enabled=False):
+            dot = (grad * unit).sum(-1, keepdim=True, dtype=inv.dtype)  # (..., 1)
+            factor = inv if scale is None else inv * scale.to(inv.dtype)
+            grad_x = (grad - unit * dot.to(unit.dtype)) * factor.to(unit.dtype)
+            grad_scale = None if scale is None else dot.sum().to(scale.dtype)
+        return grad_x, grad_scale
+
+
+def unit_norm(x: Tensor, scale: Tensor | None = None) -> Tensor:
+    """``x`` l2-normalized over its last dimension (times the scalar ``scale`` if given), in ``x``'s dtype."""
+    return typing.cast(Tensor, _UnitNorm.apply(x, scale))
 
 
 class QKRMSNorm(Scoring):

@@ -1,0 +1,44 @@
+"""Hand-written fast paths equal what they replace: QKNorm's unit norm (forward and gradients) and CPU dropout."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nmt.modules.attention import unit_norm
+from nmt.modules.dropout import dropout
+
+
+def test_unit_norm_matches_normalize_and_gradcheck() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True)
+    g = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(unit_norm(x, g), F.normalize(x, dim=-1) * g)
+    torch.testing.assert_close(unit_norm(x), F.normalize(x, dim=-1))
+    assert torch.autograd.gradcheck(unit_norm, (x, g))
+    assert torch.autograd.gradcheck(lambda t: unit_norm(t), (x,))
+
+
+def test_unit_norm_zero_vector_and_bf16_autocast() -> None:
+    assert torch.equal(unit_norm(torch.zeros(2, 4)), torch.zeros(2, 4))
+    x = torch.randn(4, 6, 16).bfloat16().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = unit_norm(x, torch.tensor(3.0, requires_grad=True))
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert x.grad is not None and x.grad.dtype == torch.bfloat16
+
+
+def test_cpu_dropout_keeps_expected_fraction_and_scales() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(200_000)
+    y = dropout(x, 0.3, training=True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.7))
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
+    z = torch.randn(100, requires_grad=True)
+    out = dropout(z, 0.5, training=True)
+    out.sum().backward()
+    assert z.grad is not None
+    torch.testing.assert_close(z.grad, (out != 0).float() * 2.0)
