@@ -34,7 +34,7 @@ def padding_mask(src: Tensor) -> Tensor | None:
     A row that is entirely PAD attends to all its positions rather than to none, so no softmax row is empty (NaN).
     """
     pad = src.eq(PAD)
-    if not bool(pad.any()):
+    if not torch.compiler.is_compiling() and not bool(pad.any()):  # a data-dependent branch breaks compiled graphs
         return None
     keep = ~pad | pad.all(-1, keepdim=True)
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
