@@ -198,8 +198,10 @@ def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
 
 
 def format_result(result: dict[str, Any]) -> str:
-    published = result.get("published")
-    beside = (f" | published {published:.2f} ({result['tokenized_bleu'] - published:+.2f})"
-              if published is not None else " | published: not reported for this pair/system")
+    from nmt.report import reference_score
+
+    ref = reference_score(result["pair"], result["system"])
+    beside = (f" | {ref['kind']} {ref['value']:.2f} ({result['tokenized_bleu'] - ref['value']:+.2f})"
+              if ref["value"] is not None else " | published: not reported for this pair/system")
     return (f"{result['pair']} {result['system']} ({result['scale']}): test BLEU {result['tokenized_bleu']:.2f} "
             f"tokenized, {result['sacrebleu']:.2f} sacreBLEU{beside}")
