@@ -4,8 +4,8 @@ Each stage is resumable: prepared data is reused, training continues from ``chec
 with the same resolved config (``train_done.json``) is not trained again, and a tested run (``test_scores.json`` newer
 than ``checkpoint_best.pt``) is not decoded again.
 
-``train_done.json`` matters for time-limited runs: the trainer's clock excludes the final evaluation, so ``--resume``
-on a run stopped by ``train.max_minutes`` would train a few more steps and re-evaluate.
+``train_done.json`` also records the final progress for the report. (``nmt train --resume`` on a finished run stops at
+once by itself: every stopping condition, the training clock included, is saved in the checkpoint.)
 """
 
 from __future__ import annotations
