@@ -20,6 +20,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest, Result
 
+from nmt.data.tokenize import moses_detokenize
 from nmt.errors import NmtError
 
 
@@ -57,13 +58,16 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
     return metric.corpus_score(list(hypotheses), [list(references)]).score, str(metric.get_signature())
 
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenized: bool = False) -> dict[str, Any]:
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenized: bool = False,
+                  lang: str = "en") -> dict[str, Any]:
     """All corpus scores of one system.
 
     Args:
         hypotheses: one system output per line.
         references: one reference per line, aligned with ``hypotheses``.
-        tokenized: also compute the papers' tokenized BLEU (for Moses-tokenized text).
+        tokenized: the text is Moses-tokenized (as the papers' corpora are): also compute the papers' tokenized BLEU
+            on it as given, and compute sacreBLEU and chrF on its Moses-detokenized form, as sacreBLEU requires.
+        lang: language of the text, for Moses detokenization when ``tokenized``.
 
     Returns:
         ``{"bleu", "bleu_signature", "bleu_detail", "chrf", "chrf_signature", "lines"}`` plus ``"tokenized_bleu"``
@@ -75,6 +79,8 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize
     """
     check_lengths(hypotheses, references)
     hyps, refs = list(hypotheses), [list(references)]
+    if tokenized:
+        hyps, refs = moses_detokenize(hyps, lang), [moses_detokenize(refs[0], lang)]
     bleu = bleu_metric()
     bleu_score = bleu.corpus_score(hyps, refs)
     chrf_metric = CHRF()
@@ -89,7 +95,7 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize
     }
     if tokenized:
         tok = bleu_metric(tokenized=True)
-        scores["tokenized_bleu"] = tok.corpus_score(hyps, refs).score
+        scores["tokenized_bleu"] = tok.corpus_score(list(hypotheses), [list(references)]).score
         scores["tokenized_bleu_signature"] = str(tok.get_signature())
     return scores
 

@@ -168,8 +168,7 @@ def train_run(spec: RunSpec) -> None:
 def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
     """Translate the test set with the best checkpoint and score it; cached in ``save_dir/test_scores.json``."""
     from nmt.data.text import read_lines, write_lines_atomic
-    from nmt.data.tokenize import moses_detokenize
-    from nmt.evaluate import corpus_scores, sacre_bleu
+    from nmt.evaluate import corpus_scores
     from nmt.translate import Translator
 
     best = spec.save_dir / "checkpoint_best.pt"
@@ -185,11 +184,11 @@ def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
     hypotheses = [nbest[0][0] for nbest in translator.translate(sources, pretokenized=True)]
     seconds = time.time() - started
     write_lines_atomic(spec.save_dir / "test.hyp", hypotheses)
-    scores = corpus_scores(hypotheses, references, tokenized=True)
-    detok_bleu, signature = sacre_bleu(moses_detokenize(hypotheses, tgt_lang), moses_detokenize(references, tgt_lang))
+    scores = corpus_scores(hypotheses, references, tokenized=True, lang=tgt_lang)
     result: dict[str, Any] = {
         "pair": spec.pair, "system": spec.system, "scale": spec.scale, "checkpoint": str(best),
-        "tokenized_bleu": scores["tokenized_bleu"], "sacrebleu": detok_bleu, "sacrebleu_signature": signature,
+        "tokenized_bleu": scores["tokenized_bleu"], "sacrebleu": scores["bleu"],
+        "sacrebleu_signature": scores["bleu_signature"],
         "published": PUBLISHED.get((spec.pair, spec.system)), "test_sentences": len(sources),
         "decode_seconds": seconds,
     }

@@ -11,6 +11,7 @@ import pytest
 import sacrebleu
 
 from nmt import cli
+from nmt.data.tokenize import moses_detokenize
 from nmt.errors import NmtError
 from nmt.evaluate import chrf, corpus_scores, paired_bootstrap, sacre_bleu, tokenized_bleu
 
@@ -89,7 +90,11 @@ def test_tokenized_bleu_hand_computed() -> None:
 def test_corpus_scores_fields() -> None:
     scores = corpus_scores(HYPS, REFS, tokenized=True)
     assert scores["lines"] == 5
-    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
+    # tokenized input: sacreBLEU and chrF score the Moses-detokenized text, as sacreBLEU expects
+    detok_h, detok_r = moses_detokenize(HYPS, "en"), moses_detokenize(REFS, "en")
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(detok_h, [detok_r]).score)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(detok_h, [detok_r]).score)
+    assert corpus_scores(HYPS, REFS)["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
     assert scores["tokenized_bleu"] == pytest.approx(tokenized_bleu(HYPS, REFS))
     assert "tok:none" in scores["tokenized_bleu_signature"]
     assert len(scores["bleu_detail"]["precisions"]) == 4
@@ -123,7 +128,8 @@ def test_cli_json_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                     "--bootstrap-samples", "100", "--json"], monkeypatch)
     assert code == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
+    detok = sacrebleu.corpus_bleu(moses_detokenize(HYPS, "en"), [moses_detokenize(REFS, "en")]).score
+    assert result["bleu"] == pytest.approx(detok)
     assert result["tokenized_bleu"] == pytest.approx(multi_bleu(HYPS, REFS), abs=0.005)
     assert 0.0 < result["compare"]["bootstrap"]["p_value"] <= 1.0
     assert run_cli(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--tokenized"], monkeypatch) == 0

@@ -1,11 +1,13 @@
 """Score a system output against references: detokenized sacreBLEU (13a) with its signature and chrF; with
---tokenized also the papers' tokenized BLEU (multi-bleu.perl); with --compare, sacreBLEU's paired bootstrap test
+--tokenized (Moses-tokenized files, as the papers' corpora are) also the papers' tokenized BLEU (multi-bleu.perl) on
+the files as given, while sacreBLEU and chrF score their Moses-detokenized form; with --compare, sacreBLEU's paired bootstrap test
 between --hyp (the baseline) and the compared system, printing its p-value."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from nmt.data.text import iter_lines
@@ -17,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref", required=True, help="reference, one sentence per line (UTF-8)")
     parser.add_argument("--tokenized", action="store_true",
                         help="also report tokenized BLEU (multi-bleu.perl) for Moses-tokenized text")
+    parser.add_argument("--lang", default=None,
+                        help="language of the text, for Moses detokenization with --tokenized (default: the --ref "
+                             "file's extension when it is a language code, else en)")
     parser.add_argument("--compare", metavar="FILE2",
                         help="second system: paired bootstrap test of BLEU against --hyp on the same --ref")
     parser.add_argument("--bootstrap-samples", type=int, default=1000, help="resamples for --compare")
@@ -27,11 +32,14 @@ def run(args: argparse.Namespace) -> int:
     hyps = list(iter_lines(args.hyp))
     refs = list(iter_lines(args.ref))
     check_lengths(hyps, refs, args.hyp, args.ref)
-    result = {"hyp": args.hyp, "ref": args.ref, **corpus_scores(hyps, refs, tokenized=args.tokenized)}
+    suffix = Path(args.ref).suffix.lstrip(".")
+    lang = args.lang or (suffix if suffix.isalpha() and 2 <= len(suffix) <= 3 else "en")
+    result = {"hyp": args.hyp, "ref": args.ref,
+              **corpus_scores(hyps, refs, tokenized=args.tokenized, lang=lang)}
     if args.compare:
         other = list(iter_lines(args.compare))
         check_lengths(other, refs, args.compare, args.ref)
-        result["compare"] = {"file": args.compare, **corpus_scores(other, refs, tokenized=args.tokenized),
+        result["compare"] = {"file": args.compare, **corpus_scores(other, refs, tokenized=args.tokenized, lang=lang),
                              "bootstrap": paired_bootstrap(hyps, other, refs, tokenized=args.tokenized,
                                                            n_samples=args.bootstrap_samples)}
     if args.json:
