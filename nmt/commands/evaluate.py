@@ -1,7 +1,9 @@
-"""Score a system output against references: detokenized sacreBLEU (13a) with its signature and chrF; with
---tokenized (Moses-tokenized files, as the papers' corpora are) also the papers' tokenized BLEU (multi-bleu.perl) on
-the files as given, while sacreBLEU and chrF score their Moses-detokenized form; with --compare, sacreBLEU's paired bootstrap test
-between --hyp (the baseline) and the compared system, printing its p-value."""
+"""Score a system output against references: detokenized sacreBLEU (13a) with its signature and chrF.
+
+With --tokenized (Moses-tokenized files, as the papers' corpora are) also the papers' tokenized BLEU
+(multi-bleu.perl) on the files as given, while sacreBLEU and chrF score their Moses-detokenized form. With
+--compare, sacreBLEU's paired bootstrap test between --hyp (the baseline) and the compared system, with its p-value.
+"""
 
 from __future__ import annotations
 
