@@ -52,3 +52,11 @@ def tiny_config(data_dir: Path, save_dir: Path, **train: Any) -> dict[str, Any]:
         "train": train_section,
         "decode": {"beam": 2, "max_len_b": 10},
     }
+
+
+def prepare_synthetic(root: Path, sizes: dict[str, int] | None = None) -> Path:
+    """Write the synthetic corpus under ``root/corpus`` and prepare it as ``xx-yy``; returns the data dir."""
+    from nmt.data.prepare import prepare
+
+    prepare("xx-yy", root / "data", from_dir=write_corpus(root / "corpus", sizes), bpe_size=48, progress=False)
+    return root / "data"

@@ -10,17 +10,13 @@ import yaml
 
 from nmt.bench import estimate_paper_hours
 from nmt.cli import main
-from nmt.data.prepare import prepare
 from nmt.pipeline import RunSpec
-from tests.synthetic import tiny_config, write_corpus
+from tests.synthetic import prepare_synthetic, tiny_config
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("bench")
-    corpus = write_corpus(root / "corpus", {"train": 300, "dev": 10, "test": 10})
-    prepare("xx-yy", root / "data", from_dir=corpus, bpe_size=48, progress=False)
-    return root / "data"
+    return prepare_synthetic(tmp_path_factory.mktemp("bench"), {"train": 300, "dev": 10, "test": 10})
 
 
 def write_config(data_dir: Path, path: Path) -> Path:

@@ -20,18 +20,14 @@ import nmt.train
 from nmt import cli
 from nmt.checkpoint import load_checkpoint
 from nmt.config import config_from_dict
-from nmt.data.prepare import prepare
-from tests.synthetic import tiny_config, write_corpus
+from tests.synthetic import prepare_synthetic, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("synthetic")
-    corpus = write_corpus(root / "corpus", {"train": 600, "dev": 20, "test": 10})
-    prepare("xx-yy", root / "data", from_dir=corpus, bpe_size=48, progress=False)
-    return root / "data"
+    return prepare_synthetic(tmp_path_factory.mktemp("synthetic"), {"train": 600, "dev": 20, "test": 10})
 
 
 def write_config(path: Path, data_dir: Path, save_dir: Path, **train: Any) -> Path:
