@@ -73,6 +73,7 @@ class Trainer:
         self.stop_signal = 0
         self.saved_step: int | None = None  # step of the checkpoint_last.pt this run wrote or resumed from
         self.src_lens, self.tgt_lens = self.data.train.lengths()
+        self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
 
     # ----------------------------------------------------------------------------------------------- checkpoints
     def payload(self) -> dict[str, Any]:
@@ -153,10 +154,13 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------------- batches
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's share of the epoch: every rank gets the same number of batches."""
-        batches = make_batches(self.src_lens, self.tgt_lens, self.cfg.train.max_tokens, self.cfg.train.seed, epoch)
-        per_rank = len(batches) // self.rt.world_size
-        return batches[self.rt.rank::self.rt.world_size][:per_rank]
+        """This rank's share of the epoch: every rank gets the same number of batches (built once per epoch)."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            batches = make_batches(self.src_lens, self.tgt_lens, self.cfg.train.max_tokens, self.cfg.train.seed,
+                                   epoch)
+            per_rank = len(batches) // self.rt.world_size
+            self._epoch_cache = (epoch, batches[self.rt.rank::self.rt.world_size][:per_rank])
+        return self._epoch_cache[1]
 
     # ---------------------------------------------------------------------------------------------------- step
     def train_step(self, batches: list[Batch]) -> dict[str, float]:
