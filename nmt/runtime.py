@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -96,12 +95,3 @@ def broadcast_floats(runtime: Runtime, values: list[float]) -> list[float]:
     dist.broadcast(tensor, src=0)
     return tensor.tolist()
 
-
-@contextlib.contextmanager
-def main_first(runtime: Runtime) -> Iterator[None]:
-    """Run the block on rank 0 first (e.g. writing files), then on the others."""
-    if runtime.distributed and not runtime.is_main:
-        dist.barrier()
-    yield
-    if runtime.distributed and runtime.is_main:
-        dist.barrier()

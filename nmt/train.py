@@ -280,7 +280,7 @@ class Trainer:
         log.line(self.describe(resumed=resume and p.step > 0))
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         started, start_seconds = time.time(), p.train_seconds
-        window = {"tokens": 0.0, "time": time.time(), "steps": 0}
+        window = {"tokens": 0.0, "time": time.time()}
         reason = ""
         try:
             while not (reason := self.stop_reason(started, start_seconds)):
@@ -294,7 +294,6 @@ class Trainer:
                 p.batch_in_epoch += uf
                 p.train_seconds = start_seconds + time.time() - started
                 window["tokens"] += stats["tgt_tokens"] + stats["src_tokens"]
-                window["steps"] += 1
                 self.report(log, stats, window)
                 if p.step % t.eval_every == 0:
                     self.evaluate(log)
@@ -328,7 +327,7 @@ class Trainer:
                                  "gnorm": stats["gnorm"], "tokens_per_s": tok_s,
                                  "batch_tokens": stats["tgt_tokens"]}, "train")
             log.scalars(p.step, self.model.qknorm_gains(), "qknorm_g")
-            window.update(tokens=0.0, time=time.time(), steps=0)
+            window.update(tokens=0.0, time=time.time())
 
     def describe(self, resumed: bool) -> str:
         n_params = sum(p.numel() for p in self.model.parameters())
