@@ -47,7 +47,8 @@ class BenchSettings:
     """What ``nmt bench`` runs.
 
     Attributes:
-        steps: timed training updates per repeat.
+        steps: timed training updates per repeat; None times one whole epoch (every batch once, so two tools or
+            settings compared this way consume exactly the same sentences, free of batch-sampling noise).
         warmup: untimed updates first (allocator, autocast caches, ``torch.compile``).
         repeats: timed repeats of the training and of each decoding mode.
         decode_sentences: test sentences decoded per repeat (0: no decoding).
@@ -56,7 +57,7 @@ class BenchSettings:
             untrained model rambles until the length limit, which is slower than real decoding).
     """
 
-    steps: int = 20
+    steps: int | None = 20
     warmup: int = 3
     repeats: int = 3
     decode_sentences: int = 200
@@ -96,14 +97,16 @@ def _trainer(cfg: Config, runtime: Runtime) -> Trainer:
     return Trainer(cfg, runtime)
 
 
-def time_training(trainer: Trainer, steps: int, warmup: int, repeats: int) -> dict[str, Any]:
+def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int) -> dict[str, Any]:
     """Throughput of ``trainer.train_step`` over ``steps`` updates (after ``warmup``), ``repeats`` times.
 
     Every repeat replays the same batches of epoch 1 (the first ``warmup`` batches warm up, the next ``steps`` are
-    timed), so repeats see identical shapes.
+    timed, wrapping around to the epoch's start), so repeats see identical shapes. ``steps=None`` times every
+    update of the epoch once.
     """
     batches = trainer.epoch_batches(1)
     uf = trainer.cfg.train.update_freq
+    steps = steps if steps is not None else max(len(batches) // uf, 1)
     needed = (warmup + steps) * uf
     chunks = [batches[i % len(batches)] for i in range(needed)]
     device = trainer.rt.device
@@ -131,7 +134,8 @@ def time_training(trainer: Trainer, steps: int, warmup: int, repeats: int) -> di
         runs["tgt_tokens_per_s"].append(tgt / seconds)
         runs["sentences_per_s"].append(sents / seconds)
         runs["steps_per_s"].append(steps / seconds)
-    result: dict[str, Any] = {"steps": steps, "warmup": warmup, "repeats": repeats, "update_freq": uf}
+    result: dict[str, Any] = {"steps": steps, "warmup": warmup, "repeats": repeats, "update_freq": uf,
+                              "sentences": int(sents)}
     result.update({name: summarize(values) for name, values in runs.items()})
     return result
 

@@ -31,12 +31,22 @@ def test_batches_are_reproducible_and_change_with_epoch() -> None:
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=False))
 
 
-def test_bucketing_keeps_padding_small() -> None:
-    src, tgt = _lengths(2000)
+def _fill(batches: list[np.ndarray], lengths: np.ndarray) -> float:
+    return sum(int(lengths[b].sum()) for b in batches) / sum(len(b) * int(lengths[b].max()) for b in batches)
+
+
+def test_bucketing_keeps_padding_small_on_both_sides() -> None:
+    # translation-like lengths: the target is the source's length times a ratio near one, plus noise
+    rng = np.random.default_rng(0)
+    src = np.clip(rng.lognormal(3.0, 0.6, 3000).astype(np.int64), 1, 150)
+    tgt = np.clip((src * rng.uniform(0.7, 1.4, 3000)).astype(np.int64) + rng.integers(0, 3, 3000), 1, 150)
     batches = make_batches(src, tgt, 2000, seed=0, epoch=1)
-    real = sum(int(tgt[b].sum()) for b in batches)
-    padded = sum(len(b) * int(tgt[b].max()) for b in batches)
-    assert real / padded > 0.9
+    assert _fill(batches, src) > 0.8 and _fill(batches, tgt) > 0.9
+    sentences_per_batch = 3000 / len(batches)
+    # what sorting by one side alone gives: the other side is padded far more, and fewer sentences fit the budget
+    order = np.lexsort((src, tgt))
+    one_side = [order[i:i + int(sentences_per_batch)] for i in range(0, 3000, int(sentences_per_batch))]
+    assert _fill(one_side, src) < _fill(batches, src) - 0.1
 
 
 def test_oversized_sentence_gets_its_own_batch() -> None:

@@ -50,6 +50,20 @@ def test_bench_json(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert not (tmp_path / "unused").exists()  # bench writes no run directory
 
 
+def test_bench_epoch_times_every_training_sentence_once(data_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(data_dir, tmp_path / "bench.yaml")
+    status = main(["bench", str(config), "--epoch", "--repeats", "1", "--warmup", "2", "--sentences", "0", "--json",
+                   "--device", "cpu"])
+    assert status == 0
+    train = json.loads(capsys.readouterr().out)["train"]
+    assert train["sentences"] == 300  # the warm-up updates come on top of the epoch, untimed
+    assert train["steps"] > 2 and positive(train["sentences_per_s"])
+    with pytest.raises(SystemExit) as exc:  # one or the other: argparse's usage error
+        main(["bench", str(config), "--epoch", "--steps", "3"])
+    assert exc.value.code == 2
+
+
 def test_bench_table_and_option_errors(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(data_dir, tmp_path / "bench.yaml")
     assert main(["bench", str(config), "--steps", "1", "--repeats", "1", "--warmup", "0", "--sentences", "0"]) == 0

@@ -1,9 +1,10 @@
-"""Measure speed on prepared data: ``nmt bench CONFIG [--device D] [--steps N] [--repeats R] [--json] [--set k=v]``.
+"""Measure speed on prepared data: ``nmt bench CONFIG [--steps N | --epoch] [--repeats R] [--json] [--set k=v]``.
 
-Training throughput (source+target tokens/s, target tokens/s, sentences/s from wall clock over ``--steps`` updates
-after ``--warmup``), peak memory (RSS; CUDA max allocated on a GPU) and decoding speed (sentences/s at ``--beam`` and
-greedy on ``--sentences`` test sentences), each the median of ``--repeats`` runs with its spread, and the machine's
-load average before and after. Example: ``nmt bench configs/bench.yaml --set system=prenorm_fixnorm_layernorm``.
+Training throughput (source+target tokens/s, target tokens/s, sentences/s from wall clock over ``--steps`` updates,
+or the whole first epoch with ``--epoch``, after ``--warmup``), peak memory (RSS; CUDA max allocated on a GPU) and
+decoding speed (sentences/s at ``--beam`` and greedy on ``--sentences`` test sentences), each the median of
+``--repeats`` runs with its spread, and the machine's load average before and after. Example:
+``nmt bench configs/bench.yaml --set system=prenorm_fixnorm_layernorm``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ _DEFAULTS = BenchSettings()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config of the model, data and batch size (e.g. configs/bench.yaml)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="override train.device")
-    parser.add_argument("--steps", type=int, default=_DEFAULTS.steps, help="timed training updates per repeat")
+    steps = parser.add_mutually_exclusive_group()
+    steps.add_argument("--steps", type=int, default=_DEFAULTS.steps, help="timed training updates per repeat")
+    steps.add_argument("--epoch", action="store_true",
+                       help="time one whole epoch instead (every batch once: no batch-sampling noise)")
     parser.add_argument("--warmup", type=int, default=_DEFAULTS.warmup, help="untimed updates before timing")
     parser.add_argument("--repeats", type=int, default=_DEFAULTS.repeats, help="repeats of every measurement")
     parser.add_argument("--sentences", type=int, default=_DEFAULTS.decode_sentences,
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from nmt.config import load_config
     from nmt.errors import NmtError
 
-    for name in ("steps", "repeats", "beam"):
+    for name in ("steps", "repeats", "beam") if not args.epoch else ("repeats", "beam"):
         if getattr(args, name) < 1:
             raise NmtError(f"--{name} {getattr(args, name)} must be at least 1")
     if args.warmup < 0 or args.sentences < 0:
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.device:
         overrides.append(f"train.device={args.device}")
     cfg = load_config(args.config, overrides)
-    settings = BenchSettings(steps=args.steps, warmup=args.warmup, repeats=args.repeats,
+    settings = BenchSettings(steps=None if args.epoch else args.steps, warmup=args.warmup, repeats=args.repeats,
                              decode_sentences=args.sentences, beam=args.beam, checkpoint=args.checkpoint)
     result = run_bench(cfg, settings)
     result["config"] = args.config
