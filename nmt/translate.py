@@ -83,17 +83,19 @@ class Translator:
         model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
         return cls(model, config, tokenizer, dev)
 
-    def encode(self, lines: Sequence[str], pretokenized: bool = False) -> list[list[int]]:
-        """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning."""
+    def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1) -> list[list[int]]:
+        """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning
+        that names the input line (``lines[0]`` being line ``first_line``)."""
         lines = [normalize_line(line) for line in lines]
         if not pretokenized:
             lines = moses_tokenize(lines, self.src_lang)
         encoded = self.tokenizer.encode_batch(lines)
-        for number, ids in enumerate(encoded, start=1):
+        for offset, ids in enumerate(encoded):
             if len(ids) > self.max_source_pieces:
-                print(f"warning: input line {number} has {len(ids)} subwords; truncated to {self.max_source_pieces} "
-                      f"(model max_positions {self.config.model.max_positions})", file=sys.stderr)
-                encoded[number - 1] = ids[: self.max_source_pieces]
+                print(f"warning: input line {first_line + offset} has {len(ids)} subwords; truncated to "
+                      f"{self.max_source_pieces} (model max_positions {self.config.model.max_positions})",
+                      file=sys.stderr)
+                encoded[offset] = ids[: self.max_source_pieces]
         return encoded
 
     def decode(self, ids: Sequence[Sequence[int]], pretokenized: bool = False) -> list[str]:
@@ -137,7 +139,7 @@ class Translator:
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
-                  progress: bool = False) -> list[list[tuple[str, float]]]:
+                  progress: bool = False, first_line: int = 1) -> list[list[tuple[str, float]]]:
         """Translate raw text lines.
 
         Args:
@@ -145,12 +147,13 @@ class Translator:
             beam, lenpen, nbest, max_tokens: decoding settings; None takes the checkpoint's ``decode`` section.
             pretokenized: the input is Moses-tokenized already; no Moses tokenization nor detokenization.
             progress: show a tqdm bar on stderr.
+            first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone).
 
         Returns:
             For each line, its n-best list of ``(text, score)``, best first; score is the length-penalised
             log-probability (0 for an empty line, whose translations are ``""``).
         """
-        sources = self.encode(lines, pretokenized)
+        sources = self.encode(lines, pretokenized, first_line)
         hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress)
         flat = [h for nbest_list in hyps for h in nbest_list]
         texts = iter(self.decode([h.tokens for h in flat], pretokenized))

@@ -163,8 +163,9 @@ def test_translate_keeps_order_count_and_empty_lines(translator: Translator) -> 
 
 
 def test_long_line_is_truncated_with_warning(translator: Translator, capsys: pytest.CaptureFixture[str]) -> None:
-    (out,) = translator.translate([" ".join(["cat"] * 100)], beam=1)
-    assert "truncated" in capsys.readouterr().err
+    (_, out) = translator.translate(["the cat .", " ".join(["cat"] * 100)], beam=1)
+    err = capsys.readouterr().err
+    assert "input line 2 has" in err and "truncated" in err
     assert isinstance(out[0][0], str)
 
 
@@ -196,9 +197,12 @@ def test_cli_nbest_format_and_file_output(checkpoint: Path, tmp_path: Path, monk
 
 def test_cli_interactive_streams(checkpoint: Path, translator: Translator, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr("sys.stdin", FakeStdin(b"the cat .\n\n", tty=True))
+    long_line = " ".join(["cat"] * 100)
+    monkeypatch.setattr("sys.stdin", FakeStdin(f"the cat .\n\n{long_line}\n".encode(), tty=True))
     assert run_cli(["translate", "--checkpoint", str(checkpoint), "--device", "cpu"], monkeypatch) == 0
-    assert capsys.readouterr().out == translator.translate(["the cat ."])[0][0][0] + "\n\n"
+    captured = capsys.readouterr()
+    assert captured.out.startswith(translator.translate(["the cat ."])[0][0][0] + "\n\n")
+    assert "input line 3 has" in captured.err  # each line is translated alone, but warnings count input lines
 
 
 @pytest.mark.parametrize("case", ["bad_stdin", "bad_file", "missing_input", "missing_checkpoint", "output_dir",

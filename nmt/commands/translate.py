@@ -68,7 +68,8 @@ def _format(index: int, nbest: list[tuple[str, float]], with_scores: bool) -> It
 def _stream(translator: Translator, args: argparse.Namespace) -> None:
     """Interactive use: translate and print each line as soon as it arrives."""
     for index, line in enumerate(_stdin_lines()):
-        (nbest,) = translator.translate([line], args.beam, args.lenpen, args.nbest, args.max_tokens, args.pretokenized)
+        (nbest,) = translator.translate([line], args.beam, args.lenpen, args.nbest, args.max_tokens, args.pretokenized,
+                                        first_line=index + 1)
         for out in _format(index, nbest, len(nbest) > 1):
             print(out, flush=True)
 
