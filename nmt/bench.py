@@ -177,7 +177,7 @@ def _decoder(trainer: Trainer, settings: BenchSettings) -> Callable[[list[list[i
     if settings.checkpoint:
         model, config, tokenizer = restore_model(load_checkpoint(settings.checkpoint, map_location="cpu"), device,
                                                  path=settings.checkpoint)
-        translator = Translator(model, config, tokenizer, device)
+        translator = Translator(model, config, tokenizer, device, precision=trainer.cfg.decode.precision)
     else:
         trainer.model.eval()
         translator = Translator(trainer.model, trainer.cfg, trainer.data.tokenizer, device)
@@ -209,6 +209,7 @@ def run_bench(cfg: Config, settings: BenchSettings) -> dict[str, Any]:
                                                            runtime.device)
             decode["greedy"] = time_decoding(translate, sources, 1, settings.repeats, runtime.device)
             decode["checkpoint"] = settings.checkpoint
+            decode["precision"] = cfg.decode.precision
         memory["peak_rss_mb_after_decoding"] = peak_rss_mb()
     finally:
         teardown(runtime)
@@ -247,10 +248,11 @@ def format_report(result: dict[str, Any]) -> str:
                             if "cuda_max_allocated_mb" in m else ""),
     ]
     for name, d in result["decode"].items():
-        if name == "checkpoint":
+        if name in ("checkpoint", "precision"):
             continue
-        lines.append(f"decoding {name} ({d['sentences']} test sentences, {d['mean_output_tokens']:.1f} output "
-                     f"tokens each): {_fmt(d['sentences_per_s'], 1)} sentences/s, {_fmt(d['tokens_per_s'])} tokens/s")
+        lines.append(f"decoding {name}, {result['decode']['precision']} ({d['sentences']} test sentences, "
+                     f"{d['mean_output_tokens']:.1f} output tokens each): {_fmt(d['sentences_per_s'], 1)} "
+                     f"sentences/s, {_fmt(d['tokens_per_s'])} tokens/s")
     if result["decode"].get("checkpoint"):
         lines.append(f"decoding weights: {result['decode']['checkpoint']}")
     return "\n".join(lines)

@@ -113,6 +113,7 @@ class DecodeConfig:
     max_len_b: int = 50
     max_tokens: int = 8000
     nbest: int = 1
+    precision: PrecisionName = "fp32"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@ from nmt.errors import NmtError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
+# bf16 matmuls on CPU go through oneDNN, which caches one primitive (with its packed weights and scratchpad) per
+# input shape, 1024 by default. Token-budget batches have many shapes, so a 60-minute bf16 training process grew
+# to ~5 GB RSS; with 64 the peak RSS of 24 bench updates drops from 2.07 to 1.77 GB (0: 1.48 GB) at the same speed
+# within noise. Read by oneDNN when it creates its first primitive; a value the user set is kept.
+ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -69,7 +75,10 @@ def setup(device: str, precision: str) -> Runtime:
             torch.cuda.set_device(dev)
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     rank = dist.get_rank() if world > 1 else 0
-    return Runtime(dev, resolve_precision(precision, dev), rank, world)
+    resolved = resolve_precision(precision, dev)
+    if dev.type == "cpu" and resolved != "fp32":
+        os.environ.setdefault(*ONEDNN_CACHE)
+    return Runtime(dev, resolved, rank, world)
 
 
 def teardown(runtime: Runtime) -> None:

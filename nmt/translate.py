@@ -13,6 +13,7 @@ positions is truncated with a warning on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,10 +30,23 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
-from nmt.runtime import resolve_device
+from nmt.runtime import DTYPES, resolve_device
 from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
+
+
+def decode_precision(name: str, device: torch.device) -> str:
+    """Resolve ``decode.precision``: ``auto`` is bf16 on GPUs that support it (else fp16) and fp32 on CPU."""
+    if name not in ("auto", *DTYPES):
+        raise NmtError(f"decode precision {name!r} is not one of auto, {', '.join(DTYPES)}")
+    if name == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "fp32"
+    if name == "fp16" and device.type != "cuda":
+        raise NmtError("decode precision 'fp16' needs CUDA; use bf16 or fp32 on CPU")
+    return name
 
 
 def make_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -65,23 +79,32 @@ class Translator:
         config: the config the model was trained with (decoding defaults come from ``config.decode``).
         tokenizer: the checkpoint's SentencePiece model.
         device: where ``model`` lives.
+        precision: arithmetic of decoding: ``fp32``, ``bf16`` or ``fp16`` autocast, or ``auto``; None takes
+            ``config.decode.precision``.
     """
 
     def __init__(self, model: Seq2Seq[Any], config: Config, tokenizer: SentencePieceTokenizer,
-                 device: torch.device) -> None:
+                 device: torch.device, precision: str | None = None) -> None:
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
         self.device = device
+        self.precision = decode_precision(precision or config.decode.precision, device)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
         self.max_source_pieces = config.model.max_positions - POSITION_MARGIN
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "auto") -> Translator:
+    def from_checkpoint(cls, path: str | Path, device: str = "auto", precision: str | None = None) -> Translator:
         """Load a checkpoint written by training or ``nmt average``; ``device`` is ``auto``, ``cpu`` or ``cuda``."""
         dev = resolve_device(device)
         model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
-        return cls(model, config, tokenizer, dev)
+        return cls(model, config, tokenizer, dev, precision)
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The decoding arithmetic: autocast to bf16/fp16, or nothing for fp32."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=DTYPES[self.precision])
 
     def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1) -> list[list[int]]:
         """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning
@@ -127,11 +150,12 @@ class Translator:
             for batch in batches:
                 indices = [todo[j] for j in batch]
                 src = pad_sources([list(sources[i]) for i in indices]).to(self.device)
-                if beam == 1:
-                    hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap)
-                else:
-                    hyps = beam_search(self.model, src, beam, lenpen, settings.max_len_a, settings.max_len_b, nbest,
-                                       cap)
+                with self.autocast():
+                    if beam == 1:
+                        hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap)
+                    else:
+                        hyps = beam_search(self.model, src, beam, lenpen, settings.max_len_a, settings.max_len_b,
+                                           nbest, cap)
                 for i, nbest_list in zip(indices, hyps):
                     results[i] = nbest_list
                 bar.update(len(indices))

@@ -1,7 +1,14 @@
-"""Hand-written fast paths equal what they replace: QKNorm's unit norm (forward and gradients) and CPU dropout."""
+"""Hand-written fast paths equal what they replace: QKNorm's unit norm (forward and gradients) and CPU dropout; the
+bounded oneDNN primitive cache of CPU bf16 runs keeps memory down."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -42,3 +49,31 @@ def test_cpu_dropout_keeps_expected_fraction_and_scales() -> None:
     out.sum().backward()
     assert z.grad is not None
     torch.testing.assert_close(z.grad, (out != 0).float() * 2.0)
+
+
+# bf16 matmuls of 600 different shapes, then the process's resident memory in MiB
+_MANY_SHAPES = textwrap.dedent("""
+    import torch
+    from nmt.runtime import setup
+    setup("cpu", "bf16")
+    w = torch.randn(1024, 1024, dtype=torch.bfloat16)
+    for n in range(1, 601):
+        torch.randn(n, 1024, dtype=torch.bfloat16) @ w
+    print(int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20)
+""")
+
+
+def _rss_after_many_shapes(capacity: str | None) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    if capacity is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = capacity
+    result = subprocess.run([sys.executable, "-c", _MANY_SHAPES], env=env, capture_output=True, text=True, check=True)
+    return float(result.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                    reason="needs Linux /proc and oneDNN bf16 matmuls")
+def test_cpu_bf16_setup_bounds_the_onednn_primitive_cache() -> None:
+    bounded = _rss_after_many_shapes(None)  # nmt.runtime.setup sets its default capacity
+    unbounded = _rss_after_many_shapes("1024")  # a value the user set is kept: oneDNN's own default
+    assert bounded < unbounded - 50, (bounded, unbounded)

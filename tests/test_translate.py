@@ -162,6 +162,18 @@ def test_translate_keeps_order_count_and_empty_lines(translator: Translator) -> 
     assert all([s for _, s in n] == sorted((s for _, s in n), reverse=True) for n in nbest)
 
 
+def test_bf16_decoding_computes_in_bf16_and_stays_close_to_fp32(checkpoint: Path, translator: Translator) -> None:
+    bf16 = Translator.from_checkpoint(checkpoint, device="cpu", precision="bf16")
+    assert translator.precision == "fp32" and bf16.precision == "bf16"
+    src = sources(translator) + translator.encode(synthetic_sentences(20, seed=9), pretokenized=True)
+    full, half = translator.translate_ids(src, beam=3), bf16.translate_ids(src, beam=3)
+    pairs = [(a[0], b[0]) for a, b in zip(full, half, strict=True)]
+    assert any(a.logprob != b.logprob for a, b in pairs)  # the arithmetic really changed
+    agree = [(a, b) for a, b in pairs if a.tokens == b.tokens]
+    assert len(agree) >= len(pairs) // 2
+    assert all(abs(a.logprob - b.logprob) < 0.25 for a, b in agree)
+
+
 def test_long_line_is_truncated_with_warning(translator: Translator, capsys: pytest.CaptureFixture[str]) -> None:
     (_, out) = translator.translate(["the cat .", " ".join(["cat"] * 100)], beam=1)
     err = capsys.readouterr().err
@@ -206,7 +218,7 @@ def test_cli_interactive_streams(checkpoint: Path, translator: Translator, monke
 
 
 @pytest.mark.parametrize("case", ["bad_stdin", "bad_file", "missing_input", "missing_checkpoint", "output_dir",
-                                  "nbest", "beam"])
+                                  "nbest", "beam", "precision"])
 def test_cli_errors_are_one_line(case: str, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     args = ["translate", "--checkpoint", str(checkpoint), "--device", "cpu"]
@@ -214,12 +226,12 @@ def test_cli_errors_are_one_line(case: str, checkpoint: Path, tmp_path: Path, mo
     bad.write_bytes(b"fine\nalso fine\n\xc3\x28 broken\n")
     expected = {"bad_stdin": "<stdin> line 3", "bad_file": f"{bad} line 3", "missing_input": "not found",
                 "missing_checkpoint": "checkpoint not found", "output_dir": "is a directory", "nbest": "--nbest",
-                "beam": "--beam 0"}
+                "beam": "--beam 0", "precision": "'fp16' needs CUDA"}
     monkeypatch.setattr("sys.stdin", FakeStdin(b"fine\nalso fine\n\xc3\x28 broken\n" if case == "bad_stdin"
                                                 else b"a cat\n"))
     extra = {"bad_stdin": [], "bad_file": ["--input", str(bad)], "missing_input": ["--input", str(tmp_path / "no")],
              "missing_checkpoint": [], "output_dir": ["--output", str(tmp_path)], "nbest": ["--nbest", "5"],
-             "beam": ["--beam", "0"]}[case]
+             "beam": ["--beam", "0"], "precision": ["--precision", "fp16"]}[case]
     if case == "missing_checkpoint":
         args[2] = str(tmp_path / "none.pt")
     assert run_cli(args + extra, monkeypatch) == 2

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
     parser.add_argument("--max-tokens", type=int, help="padded source tokens per batch (default: decode.max_tokens)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
+                        help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
+                             "with AVX-512 bf16, fp16 needs CUDA, auto is bf16 on GPU and fp32 on CPU")
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         _check_writable(output)
     interactive = args.input is None and output is None and sys.stdin.isatty()
     lines = [] if interactive else list(iter_lines(args.input) if args.input else _stdin_lines())
-    translator = Translator.from_checkpoint(args.checkpoint, args.device)
+    translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
     if interactive:
         _stream(translator, args)
         return 0
