@@ -19,8 +19,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # bf16 matmuls on CPU go through oneDNN, which caches one primitive (with its packed weights and scratchpad) per
 # input shape, 1024 by default. Token-budget batches have many shapes, so a 60-minute bf16 training process grew
-# to ~5 GB RSS; with 64 the peak RSS of 24 bench updates drops from 2.07 to 1.77 GB (0: 1.48 GB) at the same speed
-# within noise. Read by oneDNN when it creates its first primitive; a value the user set is kept.
+# to ~5 GB RSS. Peak RSS after one bench epoch (95 updates, 2 threads): 3.48 GB with 1024, 2.32 GB with 64, 1.90 GB
+# with 0, at 83 / 87 / 95 s (single runs, ~5% noise). Read by oneDNN when it creates its first primitive; a value
+# the user set is kept.
 ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
 
@@ -55,13 +56,16 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-def resolve_precision(name: str, device: torch.device) -> str:
+def resolve_precision(name: str, device: torch.device, setting: str = "train.precision") -> str:
+    """``auto`` is bf16 on GPUs that support it (else fp16) and fp32 on CPU; ``setting`` names the option in errors."""
+    if name not in ("auto", *DTYPES):
+        raise NmtError(f"{setting} {name!r} is not one of auto, {', '.join(DTYPES)}")
     if name == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "fp32"
     if name == "fp16" and device.type != "cuda":
-        raise NmtError("train.precision 'fp16' needs CUDA (loss scaling); use bf16 or fp32 on CPU")
+        raise NmtError(f"{setting} 'fp16' needs CUDA; use bf16 or fp32 on CPU")
     return name
 
 

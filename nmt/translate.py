@@ -30,23 +30,10 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
-from nmt.runtime import DTYPES, resolve_device
+from nmt.runtime import DTYPES, resolve_device, resolve_precision
 from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
-
-
-def decode_precision(name: str, device: torch.device) -> str:
-    """Resolve ``decode.precision``: ``auto`` is bf16 on GPUs that support it (else fp16) and fp32 on CPU."""
-    if name not in ("auto", *DTYPES):
-        raise NmtError(f"decode precision {name!r} is not one of auto, {', '.join(DTYPES)}")
-    if name == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
-    if name == "fp16" and device.type != "cuda":
-        raise NmtError("decode precision 'fp16' needs CUDA; use bf16 or fp32 on CPU")
-    return name
 
 
 def make_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -89,7 +76,7 @@ class Translator:
         self.config = config
         self.tokenizer = tokenizer
         self.device = device
-        self.precision = decode_precision(precision or config.decode.precision, device)
+        self.precision = resolve_precision(precision or config.decode.precision, device, "decode precision")
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
         self.max_source_pieces = config.model.max_positions - POSITION_MARGIN
 
