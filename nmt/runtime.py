@@ -80,9 +80,14 @@ def setup(device: str, precision: str) -> Runtime:
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     rank = dist.get_rank() if world > 1 else 0
     resolved = resolve_precision(precision, dev)
-    if dev.type == "cpu" and resolved != "fp32":
-        os.environ.setdefault(*ONEDNN_CACHE)
+    bound_onednn_cache(dev, resolved)
     return Runtime(dev, resolved, rank, world)
+
+
+def bound_onednn_cache(device: torch.device, precision: str) -> None:
+    """Default oneDNN's primitive cache to :data:`ONEDNN_CACHE` for CPU bf16 work (before its first primitive)."""
+    if device.type == "cpu" and precision != "fp32":
+        os.environ.setdefault(*ONEDNN_CACHE)
 
 
 def teardown(runtime: Runtime) -> None:

@@ -13,7 +13,6 @@ positions is truncated with a warning on stderr.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
-from nmt.runtime import DTYPES, resolve_device, resolve_precision
+from nmt.runtime import Runtime, bound_onednn_cache, resolve_device, resolve_precision
 from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
@@ -77,6 +76,8 @@ class Translator:
         self.tokenizer = tokenizer
         self.device = device
         self.precision = resolve_precision(precision or config.decode.precision, device, "decode precision")
+        self.runtime = Runtime(device, self.precision)  # its autocast() is the decoding arithmetic
+        bound_onednn_cache(device, self.precision)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
         self.max_source_pieces = config.model.max_positions - POSITION_MARGIN
 
@@ -86,12 +87,6 @@ class Translator:
         dev = resolve_device(device)
         model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
         return cls(model, config, tokenizer, dev, precision)
-
-    def autocast(self) -> contextlib.AbstractContextManager[None]:
-        """The decoding arithmetic: autocast to bf16/fp16, or nothing for fp32."""
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=DTYPES[self.precision])
 
     def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1) -> list[list[int]]:
         """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning
@@ -137,7 +132,7 @@ class Translator:
             for batch in batches:
                 indices = [todo[j] for j in batch]
                 src = pad_sources([list(sources[i]) for i in indices]).to(self.device)
-                with self.autocast():
+                with self.runtime.autocast():
                     if beam == 1:
                         hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap)
                     else:
