@@ -75,11 +75,17 @@ class Translator:
         self.config = config
         self.tokenizer = tokenizer
         self.device = device
-        self.precision = resolve_precision(precision or config.decode.precision, device, "decode precision")
-        self.runtime = Runtime(device, self.precision)  # its autocast() is the decoding arithmetic
-        bound_onednn_cache(device, self.precision)
+        # the runtime's autocast() is the decoding arithmetic
+        self.runtime = Runtime(device, resolve_precision(precision or config.decode.precision, device,
+                                                         "decode precision"))
+        bound_onednn_cache(device, self.runtime.precision)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
         self.max_source_pieces = config.model.max_positions - POSITION_MARGIN
+
+    @property
+    def precision(self) -> str:
+        """The resolved decoding precision: fp32, bf16 or fp16."""
+        return self.runtime.precision
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto", precision: str | None = None) -> Translator:
