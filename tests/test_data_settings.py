@@ -61,3 +61,13 @@ def test_repository_configs_are_the_pairs_settings() -> None:
         assert data.pair == pair and data.keep_partial is False
     assert settings.pair_config_path("xx-yy") is None
     assert settings.pair_data_config("xx-yy") == DataConfig(pair="xx-yy")
+
+
+def test_configs_of_one_pair_agree_on_the_data_settings() -> None:
+    """gl-en-cpu and bench train on data/gl-en as prepared from configs/gl-en.yaml: the same settings, or refusal."""
+    from nmt.config import load_config
+
+    gl_en = settings.pair_data_config("gl-en")
+    for name in ("gl-en-cpu", "bench"):
+        data = load_config(settings.config_dir() / f"{name}.yaml").data
+        assert (data.pair, data.bpe_size, data.keep_partial) == (gl_en.pair, gl_en.bpe_size, gl_en.keep_partial)
