@@ -181,6 +181,13 @@ def test_leftover_part_is_resumed_only_under_a_checksum(http_server: Server, tmp
     (tmp_path / "q" / "p.bin.part").write_bytes(b"stale bytes of something else")
     assert download.fetch(url, tmp_path / "q", progress=False).read_bytes() == BODY
     assert http_server.ranges == ["bytes=12345-", None]
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "p.bin.part").write_bytes(BODY)  # complete, but never renamed: no request needed
+    assert download.fetch(url, tmp_path / "r", expected=expect(BODY), progress=False).read_bytes() == BODY
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "p.bin.part").write_bytes(BODY[::-1])  # full length, wrong bytes: fetched afresh
+    assert download.fetch(url, tmp_path / "s", expected=expect(BODY), progress=False).read_bytes() == BODY
+    assert http_server.ranges == ["bytes=12345-", None, None]
 
 
 def test_env_mirror_directory_laid_out_like_the_cache(http_server: Server, tmp_path: Path,
@@ -194,6 +201,13 @@ def test_env_mirror_directory_laid_out_like_the_cache(http_server: Server, tmp_p
                     str(mirror / catalog.IWSLT15 / "train.en")]
     path = download.fetch(urls[1:], tmp_path / "cache", expected=expect(BODY), progress=False)
     assert path.read_bytes() == BODY and path == tmp_path / "cache" / "train.en"
+
+
+def test_missing_local_mirror_is_skipped(http_server: Server, tmp_path: Path) -> None:
+    good = http_server.serve("/f.bin", BODY)
+    path = download.fetch([str(tmp_path / "no" / "f.bin"), "ftp://x/f.bin", good], tmp_path / "c",
+                          expected=expect(BODY), progress=False)
+    assert path.read_bytes() == BODY
 
 
 def test_check_local_archive(tmp_path: Path) -> None:
@@ -280,9 +294,9 @@ def test_local_paths_and_file_urls_are_mirrors(tmp_path: Path) -> None:
     source.write_bytes(BODY)
     assert download.fetch(str(source), tmp_path / "a", progress=False).read_bytes() == BODY
     assert download.fetch(source.as_uri(), tmp_path / "b", progress=False).read_bytes() == BODY
-    with pytest.raises(NmtError, match="neither a URL"):
+    with pytest.raises(NmtError, match=r"nope.bin: no such file \(and not an http"):
         download.fetch(str(tmp_path / "nope.bin"), tmp_path / "c", progress=False)
     with pytest.raises(NmtError, match="cannot read it"):  # no retries for a local file
         download.fetch((tmp_path / "nope.bin").as_uri(), tmp_path / "c", progress=False)
-    with pytest.raises(NmtError, match="unsupported URL"):
+    with pytest.raises(NmtError, match="ftp://example.org/f.bin: unsupported URL"):
         download.fetch("ftp://example.org/f.bin", tmp_path / "c", progress=False)

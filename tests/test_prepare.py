@@ -185,7 +185,8 @@ def test_poisoned_cache_is_never_reused(http_server: Server, tmp_path: Path, mon
     register_ted(monkeypatch, archive)
     page = b"<!DOCTYPE html><html><body>ted_talks.tar.gz is unavailable</body></html>"
     gone = http_server.serve("/gone/ted_talks.tar.gz", page)
-    with pytest.raises(NmtError, match=r"got an HTML page|announced an HTML page"):
+    with pytest.raises(NmtError, match=r"announced an HTML page .*; fetch ted_talks.tar.gz by other means and pass "
+                                       r"--from-archive FILE"):
         prepare("xx-yy", tmp_path, url=gone, bpe_size=60, progress=False)
     assert not (tmp_path / "downloads" / "ted_talks.tar.gz").exists()
     (tmp_path / "downloads" / "ted_talks.tar.gz").write_bytes(page)  # what an unchecked download used to leave
@@ -254,6 +255,7 @@ def test_repository_expected_lines_parse() -> None:
     gl_en = settings.expected_lines("gl-en")
     assert {s: e.lines for s, e in gl_en.items()} == {"train": 10017, "dev": 682, "test": 1007}
     assert settings.expected_lines("en-vi")["train"].counted == "read"
+    assert settings.expected_lines("vi-en") == settings.expected_lines("en-vi")
     meta = {"pair": "gl-en", "splits": {"train": {"lines": 11233, "dropped": {}}, "dev": {"lines": 682,
                                                                                        "dropped": {"null": 60}}}}
     assert settings.count_warnings(meta, gl_en) == [

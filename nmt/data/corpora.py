@@ -142,8 +142,10 @@ def _ted_archive(request: Request, expected: catalog.Expected) -> tuple[Path, bo
     if request.archive is not None:
         return download.check_local(request.archive, expected), False
     urls = catalog.candidate_urls(catalog.TED, list(request.urls))
+    hint = (f"fetch {catalog.TED} by other means and pass --from-archive FILE, or set {catalog.MIRROR_ENV}=DIR "
+            "holding it (data/README.md)")
     return download.fetch(urls, request.downloads, filename=catalog.TED, expected=expected,
-                          progress=request.progress), True
+                          progress=request.progress, hint=hint), True
 
 
 def load_ted(request: Request) -> Corpus:
@@ -183,8 +185,9 @@ def load_iwslt15(request: Request) -> Corpus:
         for lang in (request.src, request.tgt):
             file = f"{stem}.{lang}"
             urls = catalog.candidate_urls(f"{catalog.IWSLT15}/{file}", [catalog.join(u, file) for u in request.urls])
+            hint = f"put the six files in DIR/{catalog.IWSLT15}/ and set {catalog.MIRROR_ENV}=DIR (data/README.md)"
             paths[lang] = download.fetch(urls, folder, filename=file, expected=catalog.KNOWN.get(
-                f"{catalog.IWSLT15}/{file}"), progress=request.progress)
+                f"{catalog.IWSLT15}/{file}"), progress=request.progress, hint=hint)
         corpus[split] = read_parallel(paths[request.src], paths[request.tgt])
     return corpus
 

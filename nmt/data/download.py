@@ -151,10 +151,10 @@ def _stream(response: http.client.HTTPResponse, part: Path, start: int, total: i
 def _normalise(url: str) -> str:
     if "://" not in url:
         if not Path(url).is_file():
-            raise NmtError(f"{url} is neither a URL (http://, https://, file://) nor an existing file")
+            raise NmtError("no such file (and not an http://, https:// or file:// URL)")
         return Path(url).resolve().as_uri()
     if urllib.parse.urlsplit(url).scheme not in ("http", "https", "file"):
-        raise NmtError(f"unsupported URL {url} (use http://, https:// or file://)")
+        raise NmtError("unsupported URL (use http://, https:// or file://)")
     return url
 
 
@@ -162,6 +162,11 @@ def _try_mirror(url: str, path: Path, expected: Expected | None, retries: int, b
                 progress: bool) -> str | None:
     """Fetch ``url`` into ``path`` with retries; None on success, else why this mirror failed."""
     part = path.with_name(f"{path.name}.part")
+    if expected is not None and part.exists() and part.stat().st_size >= expected.size:
+        if check_file(part, expected) is None:  # complete, interrupted just before the rename
+            os.replace(part, path)
+            return None
+        part.unlink()  # as long as the whole file but wrong: nothing to resume
     last = ""
     for attempt in range(retries + 1):
         if attempt:
@@ -192,7 +197,7 @@ def _try_mirror(url: str, path: Path, expected: Expected | None, retries: int, b
 
 def fetch(urls: str | Sequence[str], dest_dir: str | Path, *, filename: str | None = None,
           expected: Expected | None = None, retries: int | None = None, backoff: float | None = None,
-          timeout: float | None = None, progress: bool = True) -> Path:
+          timeout: float | None = None, progress: bool = True, hint: str = "") -> Path:
     """Download one file into ``dest_dir`` from the first mirror that serves it intact; return its path.
 
     A cached copy that passes the checks is reused; one that does not is deleted. A leftover ``NAME.part`` is
@@ -208,14 +213,14 @@ def fetch(urls: str | Sequence[str], dest_dir: str | Path, *, filename: str | No
         backoff: seconds before the first retry, doubled each time; default :data:`BACKOFF_S`.
         timeout: seconds without data before a connection counts as stalled; default :data:`TIMEOUT_S`.
         progress: show a tqdm progress bar, retry notices and refused mirrors on stderr.
+        hint: appended to the final error (what the user can do instead).
 
     Raises:
-        NmtError: no mirror gave the expected file (one clause per mirror, and what was expected).
+        NmtError: no mirror gave the expected file (one clause per mirror, what was expected, and ``hint``).
     """
     urls = [urls] if isinstance(urls, str) else list(urls)
     if not urls:
         raise NmtError(f"no URL to download {filename} from")
-    urls = [_normalise(u) for u in urls]
     retries = RETRIES if retries is None else retries
     backoff = BACKOFF_S if backoff is None else backoff
     timeout = TIMEOUT_S if timeout is None else timeout
@@ -234,14 +239,20 @@ def fetch(urls: str | Sequence[str], dest_dir: str | Path, *, filename: str | No
         part.unlink(missing_ok=True)
     want = f"expected {expected.describe()}" if expected is not None else "expected a data file"
     failures = []
-    for url in urls:
-        why = _try_mirror(url, path, expected, retries, backoff, timeout, progress)
+    for given in urls:
+        why: str | None
+        try:
+            url = _normalise(given)
+        except NmtError as exc:  # a mirror that does not exist is skipped like one that fails
+            url, why = given, str(exc)
+        else:
+            why = _try_mirror(url, path, expected, retries, backoff, timeout, progress)
         if why is None:
             return path
         failures.append(f"{url}: {why}")
         if progress:
             print(f"refused {url}: {why}; {want}", file=sys.stderr)
-    raise NmtError(f"download of {name} failed ({want}): " + "; ".join(failures))
+    raise NmtError(f"download of {name} failed ({want}): " + "; ".join(failures) + (f"; {hint}" if hint else ""))
 
 
 def check_local(path: str | Path, expected: Expected | None) -> Path:

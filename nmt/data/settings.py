@@ -81,7 +81,7 @@ class ExpectedLines:
 
 
 def expected_lines(pair: str, path: Path | None = None) -> dict[str, ExpectedLines]:
-    """The rows of ``expected_lines.tsv`` for ``pair``, by split (empty for a pair nobody recorded)."""
+    """The rows of ``expected_lines.tsv`` for ``pair`` or its reverse, by split (empty for a pair nobody recorded)."""
     path = path or config_dir() / EXPECTED_LINES
     if not path.is_file():
         return {}
@@ -92,7 +92,7 @@ def expected_lines(pair: str, path: Path | None = None) -> dict[str, ExpectedLin
         fields = line.split("\t")
         if len(fields) != 6 or not fields[2].isdigit() or not fields[3].isdigit() or fields[4] not in ("kept", "read"):
             raise NmtError(f"{path} line {number}: expected pair, split, lines, tolerance, kept|read, origin")
-        if fields[0] == pair:
+        if fields[0] in (pair, "-".join(reversed(pair.split("-")))):  # a pair's counts hold in both directions
             out[fields[1]] = ExpectedLines(int(fields[2]), int(fields[3]), fields[4], fields[5])
     return out
 
