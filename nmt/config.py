@@ -43,6 +43,7 @@ class DataConfig:
     data_dir: str = "data"
     bpe_size: int = 8000
     max_len: int = 250  # training pairs with more subwords on either side are skipped (and counted)
+    keep_partial: bool = False  # TED: strip NULL markers and keep the rest instead of the official drop rule
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ def ensure_prepared(spec: RunSpec) -> dict[str, Any]:
     from nmt.data.prepare import format_summary, prepare
 
     cfg = load_config(spec.config_path, spec.overrides)
-    meta = prepare(spec.pair, spec.data_dir, from_dir=spec.from_dir, bpe_size=cfg.data.bpe_size)
+    meta = prepare(spec.pair, spec.data_dir, from_dir=spec.from_dir, bpe_size=cfg.data.bpe_size,
+                   max_len=cfg.data.max_len, keep_partial=cfg.data.keep_partial)
     print(format_summary(meta, Path(spec.data_dir) / spec.pair), file=sys.stderr)
     return meta
 

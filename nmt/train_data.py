@@ -10,6 +10,7 @@ from nmt.config import Config
 from nmt.data.batching import ParallelData
 from nmt.data.binarized import load_split
 from nmt.data.bpe import SentencePieceTokenizer
+from nmt.data.settings import check_prepared
 from nmt.errors import NmtError
 from nmt.validate import DevSet
 
@@ -40,6 +41,7 @@ def read_meta(pair_dir: Path) -> dict:
 def load_training_data(cfg: Config) -> TrainingData:
     pair_dir = Path(cfg.data.data_dir) / cfg.data.pair
     meta = read_meta(pair_dir)
+    check_prepared(meta, cfg.data, pair_dir)
     src, tgt = meta["src"], meta["tgt"]
     train = ParallelData(load_split(pair_dir, "train", src), load_split(pair_dir, "train", tgt))
     train, dropped = train.filter_max_len(cfg.data.max_len)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import random
+import re
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,16 +16,26 @@ from pathlib import Path
 
 import pytest
 
-from nmt.data import download
+from nmt.data import catalog, download
+from nmt.data.catalog import Expected
 
 
 @dataclass
 class Reply:
-    """One scripted HTTP answer; ``length`` overrides Content-Length (a larger value simulates truncation)."""
+    """One scripted HTTP answer.
+
+    ``length`` overrides Content-Length (a larger value simulates truncation); ``headers`` are added (a
+    ``Location`` with status 302 is a redirect); ``stall_after`` bytes are sent, then the server waits ``stall_s``
+    seconds and closes (a stalled connection); ``ranges`` honours ``Range: bytes=N-`` with a 206 answer.
+    """
 
     body: bytes = b""
     status: int = 200
     length: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stall_after: int | None = None
+    stall_s: float = 0.0
+    ranges: bool = False
 
 
 @dataclass
@@ -32,6 +45,7 @@ class Server:
     port: int
     routes: dict[str, list[Reply]] = field(default_factory=dict)
     hits: dict[str, int] = field(default_factory=dict)
+    ranges: list[str | None] = field(default_factory=list)  # the Range header of every request, in order
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -48,10 +62,25 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             server.hits[self.path] = count + 1
             replies = server.routes.get(self.path) or [Reply(b"not found", 404)]
             reply = replies[min(count, len(replies) - 1)]
-            self.send_response(reply.status)
-            self.send_header("Content-Length", str(reply.length if reply.length is not None else len(reply.body)))
+            wanted = self.headers.get("Range")
+            server.ranges.append(wanted)
+            body, status, extra = reply.body, reply.status, dict(reply.headers)
+            match = re.fullmatch(r"bytes=(\d+)-", wanted or "")
+            if reply.ranges and match and status == 200:
+                start = int(match.group(1))
+                body, status = body[start:], 206
+                extra["Content-Range"] = f"bytes {start}-{len(reply.body) - 1}/{len(reply.body)}"
+            self.send_response(status)
+            for key, value in extra.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(reply.length if reply.length is not None else len(body)))
             self.end_headers()
-            self.wfile.write(reply.body)
+            if reply.stall_after is not None:
+                self.wfile.write(body[:reply.stall_after])
+                self.wfile.flush()
+                time.sleep(reply.stall_s)
+            else:
+                self.wfile.write(body)
             self.close_connection = True
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet test output
@@ -79,7 +108,7 @@ def http_server() -> Iterator[Server]:
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Millisecond backoff and short timeouts so retry tests stay fast."""
     monkeypatch.setattr(download, "BACKOFF_S", 0.001)
-    monkeypatch.setattr(download, "TIMEOUT_S", 5.0)
+    monkeypatch.setattr(download, "TIMEOUT_S", 0.5)
     monkeypatch.setattr(download, "RETRIES", 2)
 
 
@@ -140,13 +169,32 @@ def ted_tsv(rows: list[dict[str, str]], langs: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def ted_archive(n: int = 120, prefix: str = "ted_talks/") -> bytes:
-    """A small ``ted_talks.tar.gz``: 3 splits with columns en, xx, yy; every 10th xx row is a NULL marker."""
+def ted_archive(n: int = 120, prefix: str = "ted_talks/", partial: bool = False) -> bytes:
+    """A small ``ted_talks.tar.gz``: 3 splits with columns en, xx, yy; every 10th xx row is a NULL marker.
+
+    With ``partial``, the yy side of every row ``i % 7 == 3`` is a partial translation: a NULL marker inside the
+    line (``a b __NULL__ c`` or ``a _ _ NULL _ _``), which the official rule drops and keep_partial strips.
+    """
     members = {}
     for k, split in enumerate(("train", "dev", "test")):
         size = n if split == "train" else n // 6
         en, xx, yy = (sentences(lang, size, seed=100 * k + j) for j, lang in enumerate(("en", "xx", "yy")))
         rows = [{"en": e, "xx": x if i % 10 else ("__NULL__" if i % 20 else "_ _ NULL _ _"), "yy": y}
                 for i, (e, x, y) in enumerate(zip(en, xx, yy))]
+        for i, row in enumerate(rows):
+            if partial and i % 7 == 3:
+                words = row["yy"].split()
+                marker = "__NULL__" if i % 2 else "_ _ NULL _ _"
+                row["yy"] = " ".join([*words[:2], marker, *words[2:]]) if i % 3 else f"{row['yy']} {marker}"
         members[f"{prefix}all_talks_{split}.tsv"] = ted_tsv(rows, ["en", "xx", "yy"])
     return make_tar(members)
+
+
+def expect(data: bytes) -> Expected:
+    """The catalog entry a test archive or file must match."""
+    return Expected(len(data), hashlib.sha256(data).hexdigest(), "built by the test")
+
+
+def register_ted(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    """Make ``data`` the known ``ted_talks.tar.gz`` (what the catalog says the real one is) for this test."""
+    monkeypatch.setitem(catalog.KNOWN, catalog.TED, expect(data))

@@ -46,7 +46,7 @@ def tiny_config(data_dir: Path, save_dir: Path, **train: Any) -> dict[str, Any]:
     train_section.update(train)
     return {
         "system": "qknorm",
-        "data": {"pair": "xx-yy", "data_dir": str(data_dir)},
+        "data": {"pair": "xx-yy", "data_dir": str(data_dir), "bpe_size": 48},
         "model": {"enc_layers": 2, "dec_layers": 2, "d_model": 32, "d_ff": 64, "n_heads": 4, "dropout": 0.1,
                   "word_dropout": 0.0, "max_positions": 128},
         "train": train_section,

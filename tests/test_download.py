@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import socket
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
-from nmt.data import download
+from nmt.data import catalog, download
+from nmt.data.catalog import Expected
 from nmt.errors import NmtError
 from tests import data_fixtures
-from tests.data_fixtures import Reply, Server, make_tar, special
+from tests.data_fixtures import Reply, Server, expect, make_tar, special
 
 BODY = b"0123456789" * 5000
 
@@ -84,31 +86,149 @@ def test_connection_refused_is_an_nmt_error(tmp_path: Path) -> None:
         download.fetch(f"http://127.0.0.1:{port}/x.bin", tmp_path, progress=False)
 
 
-def test_known_checksum_accepts_and_mismatch_refuses(http_server: Server, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    good, bad = http_server.serve("/good.bin", BODY), http_server.serve("/bad.bin", BODY + b"!")
-    known = (len(BODY), hashlib.sha256(BODY).hexdigest())
-    monkeypatch.setitem(download.KNOWN, good, known)
-    monkeypatch.setitem(download.KNOWN, bad, (len(BODY) + 1, known[1]))
-    assert download.fetch(good, tmp_path, progress=False).read_bytes() == BODY
-    with pytest.raises(NmtError, match="sha256 .* does not match"):
-        download.fetch(bad, tmp_path, progress=False)
-    assert not (tmp_path / "bad.bin").exists() and not (tmp_path / "bad.bin.part").exists()
+def test_known_checksum_accepts_and_mismatch_refuses(http_server: Server, tmp_path: Path) -> None:
+    good, bad = http_server.serve("/good.bin", BODY), http_server.serve("/bad.bin", BODY[:-1] + b"!")
+    expected = expect(BODY)
+    assert download.fetch(good, tmp_path, expected=expected, progress=False).read_bytes() == BODY
+    with pytest.raises(NmtError) as info:
+        download.fetch(bad, tmp_path / "b", expected=expected, progress=False)
+    message = str(info.value)
+    assert "\n" not in message and f"/bad.bin: sha256 {hashlib.sha256(BODY[:-1] + b'!').hexdigest()}" in message
+    assert f"expected {len(BODY):,} bytes, sha256 {expected.sha256}" in message
+    assert list((tmp_path / "b").iterdir()) == []
+    assert http_server.hits["/bad.bin"] == 1  # a wrong hash is not retried
 
 
 def test_size_mismatch_refuses(http_server: Server, tmp_path: Path) -> None:
     url = http_server.serve("/s.bin", BODY)
-    with pytest.raises(NmtError, match="size"):
-        download.fetch(url, tmp_path, expected=(len(BODY) + 5, "0" * 64), progress=False)
+    with pytest.raises(NmtError, match=r"expected 50,005 bytes.*announced a file of 50,000 bytes"):
+        download.fetch(url, tmp_path, expected=Expected(len(BODY) + 5, "0" * 64, "test"), progress=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_corrupt_cached_file_is_fetched_again(http_server: Server, tmp_path: Path) -> None:
     url = http_server.serve("/c.bin", BODY)
     (tmp_path / "c.bin").write_bytes(b"corrupt")
-    (tmp_path / "c.bin.part").write_bytes(b"leftover")
-    expected = (len(BODY), hashlib.sha256(BODY).hexdigest())
-    assert download.fetch(url, tmp_path, expected=expected, progress=False).read_bytes() == BODY
-    assert not (tmp_path / "c.bin.part").exists()
+    assert download.fetch(url, tmp_path, expected=expect(BODY), progress=False).read_bytes() == BODY
+    assert not (tmp_path / "c.bin.part").exists() and http_server.hits["/c.bin"] == 1
+
+
+@pytest.mark.parametrize("expected", [None, expect(BODY)])
+def test_html_page_with_200_is_refused_and_the_next_mirror_tried(http_server: Server, tmp_path: Path,
+                                                                 expected: Expected | None,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    page = b"<!DOCTYPE html>\n<html><body>This file is no longer available</body></html>\n"
+    html = http_server.serve("/gone/f.bin", Reply(page, headers={"Content-Type": "text/html"}))
+    good = http_server.serve("/mirror/f.bin", BODY)
+    path = download.fetch([html, good], tmp_path, expected=expected, progress=True)
+    assert path.read_bytes() == BODY and http_server.hits["/gone/f.bin"] == 1
+    err = capsys.readouterr().err
+    assert f"refused {html}: " in err and "HTML page" in err
+
+
+def test_html_only_fails_naming_every_mirror_and_keeps_nothing(http_server: Server, tmp_path: Path) -> None:
+    page = b"  <html><head><title>404</title></head></html>"
+    one, two = http_server.serve("/a/f.bin", page), http_server.serve("/b/f.bin", Reply(b"", 403))
+    with pytest.raises(NmtError) as info:
+        download.fetch([one, two], tmp_path, expected=expect(BODY), progress=False)
+    message = str(info.value)
+    assert message.startswith("download of f.bin failed (expected 50,000 bytes, sha256 ")
+    assert f"{one}: the server announced an HTML page of {len(page)} bytes" in message
+    assert f"{two}: HTTP 403" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_truncated_archive_is_refused_and_the_next_mirror_tried(http_server: Server, tmp_path: Path) -> None:
+    short = http_server.serve("/short/f.bin", BODY[:30000])  # complete as far as HTTP knows, but short
+    good = http_server.serve("/good/f.bin", BODY)
+    assert download.fetch([short, good], tmp_path, expected=expect(BODY), progress=False).read_bytes() == BODY
+    assert http_server.hits["/short/f.bin"] == 1
+
+
+def test_redirect_is_followed_and_checked(http_server: Server, tmp_path: Path) -> None:
+    http_server.serve("/real/f.bin", BODY)
+    moved = http_server.serve("/old/f.bin", Reply(status=302, headers={"Location": http_server.url("/real/f.bin")}))
+    assert download.fetch(moved, tmp_path, expected=expect(BODY), progress=False).read_bytes() == BODY
+    http_server.serve("/landing", b"<html>moved to a landing page</html>")
+    to_page = http_server.serve("/old2/f.bin", Reply(status=301, headers={"Location": http_server.url("/landing")}))
+    with pytest.raises(NmtError, match="HTML page"):
+        download.fetch(to_page, tmp_path / "b", expected=expect(BODY), progress=False)
+
+
+@pytest.mark.usefixtures("fast_retries")
+def test_stalled_download_times_out_and_resumes_with_range(http_server: Server, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(download, "TIMEOUT_S", 0.2)
+    url = http_server.serve("/s.bin", Reply(BODY, stall_after=20000, stall_s=1.5), Reply(BODY, ranges=True))
+    started = time.monotonic()
+    assert download.fetch(url, tmp_path, expected=expect(BODY), progress=False).read_bytes() == BODY
+    assert time.monotonic() - started < 1.2  # the stall was cut by the timeout, not waited out
+    assert http_server.ranges == [None, "bytes=20000-"]
+
+
+@pytest.mark.usefixtures("fast_retries")
+def test_resume_restarts_when_the_server_ignores_range(http_server: Server, tmp_path: Path) -> None:
+    url = http_server.serve("/r.bin", Reply(BODY[:1000], length=len(BODY)), BODY)
+    assert download.fetch(url, tmp_path, expected=expect(BODY), progress=False).read_bytes() == BODY
+    assert http_server.ranges == [None, "bytes=1000-"]
+
+
+def test_leftover_part_is_resumed_only_under_a_checksum(http_server: Server, tmp_path: Path) -> None:
+    url = http_server.serve("/p.bin", Reply(BODY, ranges=True))
+    (tmp_path / "p.bin.part").write_bytes(BODY[:12345])
+    assert download.fetch(url, tmp_path, expected=expect(BODY), progress=False).read_bytes() == BODY
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "p.bin.part").write_bytes(b"stale bytes of something else")
+    assert download.fetch(url, tmp_path / "q", progress=False).read_bytes() == BODY
+    assert http_server.ranges == ["bytes=12345-", None]
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "p.bin.part").write_bytes(BODY)  # complete, but never renamed: no request needed
+    assert download.fetch(url, tmp_path / "r", expected=expect(BODY), progress=False).read_bytes() == BODY
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "p.bin.part").write_bytes(BODY[::-1])  # full length, wrong bytes: fetched afresh
+    assert download.fetch(url, tmp_path / "s", expected=expect(BODY), progress=False).read_bytes() == BODY
+    assert http_server.ranges == ["bytes=12345-", None, None]
+
+
+def test_env_mirror_directory_laid_out_like_the_cache(http_server: Server, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = tmp_path / "mirror"
+    (mirror / catalog.IWSLT15).mkdir(parents=True)
+    (mirror / catalog.IWSLT15 / "train.en").write_bytes(BODY)
+    monkeypatch.setenv(catalog.MIRROR_ENV, f"{http_server.url('/nothing')} {mirror}")
+    urls = catalog.candidate_urls(f"{catalog.IWSLT15}/train.en", ["http://127.0.0.1:9/explicit/train.en"])
+    assert urls == ["http://127.0.0.1:9/explicit/train.en", http_server.url(f"/nothing/{catalog.IWSLT15}/train.en"),
+                    str(mirror / catalog.IWSLT15 / "train.en")]
+    path = download.fetch(urls[1:], tmp_path / "cache", expected=expect(BODY), progress=False)
+    assert path.read_bytes() == BODY and path == tmp_path / "cache" / "train.en"
+
+
+def test_missing_local_mirror_is_skipped(http_server: Server, tmp_path: Path) -> None:
+    good = http_server.serve("/f.bin", BODY)
+    path = download.fetch([str(tmp_path / "no" / "f.bin"), "ftp://x/f.bin", good], tmp_path / "c",
+                          expected=expect(BODY), progress=False)
+    assert path.read_bytes() == BODY
+
+
+def test_check_local_archive(tmp_path: Path) -> None:
+    good = tmp_path / "ted_talks.tar.gz"
+    good.write_bytes(BODY)
+    assert download.check_local(good, expect(BODY)) == good
+    with pytest.raises(NmtError, match=r"--from-archive .*: size 50,000 bytes, expected 50,001 bytes"):
+        download.check_local(good, Expected(len(BODY) + 1, "0" * 64, "test"))
+    good.write_bytes(b"<html>" + BODY[6:])
+    with pytest.raises(NmtError, match="HTML page"):
+        download.check_local(good, expect(BODY))
+    with pytest.raises(NmtError, match="no such file"):
+        download.check_local(tmp_path / "nope.tar.gz", None)
+
+
+def test_catalog_figures_are_complete() -> None:
+    assert catalog.KNOWN[catalog.TED].size == 352_222_045
+    assert catalog.KNOWN[catalog.TED].sha256 == "03457b9ebc6d60839f1a48c5a03c940266aff78b81fcda4c6d9e2a5a7fb670ae"
+    for name, figure in catalog.KNOWN.items():
+        assert figure.size > 0 and len(figure.sha256) == 64 and int(figure.sha256, 16) >= 0, name
+        assert figure.origin, name
 
 
 def _archive(tmp_path: Path, data: bytes) -> Path:
@@ -174,9 +294,9 @@ def test_local_paths_and_file_urls_are_mirrors(tmp_path: Path) -> None:
     source.write_bytes(BODY)
     assert download.fetch(str(source), tmp_path / "a", progress=False).read_bytes() == BODY
     assert download.fetch(source.as_uri(), tmp_path / "b", progress=False).read_bytes() == BODY
-    with pytest.raises(NmtError, match="neither a URL"):
+    with pytest.raises(NmtError, match=r"nope.bin: no such file \(and not an http"):
         download.fetch(str(tmp_path / "nope.bin"), tmp_path / "c", progress=False)
-    with pytest.raises(NmtError, match="cannot read file:"):  # no retries for a local file
+    with pytest.raises(NmtError, match="cannot read it"):  # no retries for a local file
         download.fetch((tmp_path / "nope.bin").as_uri(), tmp_path / "c", progress=False)
-    with pytest.raises(NmtError, match="unsupported URL"):
+    with pytest.raises(NmtError, match="ftp://example.org/f.bin: unsupported URL"):
         download.fetch("ftp://example.org/f.bin", tmp_path / "c", progress=False)

@@ -1,7 +1,10 @@
 """Download and prepare a language pair: cleaned text, joint SentencePiece BPE, binarized cache, meta.json.
 
 en-vi / vi-en come from IWSLT'15 (Stanford release); any other pair of TED language codes (e.g. gl-en, sk-en)
-from the TED talks corpus of Qi et al. 2018; --from-dir reads {train,dev,test}.{src,tgt} files instead.
+from the TED talks corpus of Qi et al. 2018; --from-dir reads {train,dev,test}.{src,tgt} files instead. Every
+download is checked against its published size and SHA-256 (nmt/data/catalog.py); mirrors come from --url, then
+$NMT_MIRROR, then the original hosts. BPE size, max length and the TED filter come from configs/PAIR.yaml unless
+given here.
 """
 
 from __future__ import annotations
@@ -17,15 +20,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pair", help="language pair src-tgt, e.g. gl-en, en-vi")
     parser.add_argument("--data-dir", default=DataConfig.data_dir,
                         help="root of prepared data; writes DATA_DIR/PAIR/ (default: %(default)s)")
-    parser.add_argument("--url", help="archive URL (TED) or base URL (IWSLT'15) of a mirror")
+    parser.add_argument("--url", action="append",
+                        help="mirror tried first (repeatable): archive URL (TED) or folder of the files (IWSLT'15)")
     parser.add_argument("--from-dir", metavar="DIR", help="use DIR/{train,dev,test}.{src,tgt} instead of downloading")
-    parser.add_argument("--bpe-size", type=int, default=DataConfig.bpe_size,
-                        help="SentencePiece BPE vocabulary size (default: %(default)s)")
+    parser.add_argument("--from-archive", metavar="FILE",
+                        help="ted_talks.tar.gz fetched by other means (checked against its known size and sha256)")
+    parser.add_argument("--bpe-size", type=int, help="SentencePiece BPE vocabulary size (default: the pair config's "
+                        f"data.bpe_size, else {DataConfig.bpe_size})")
+    parser.add_argument("--keep-partial", action="store_true", default=None,
+                        help="TED: strip NULL markers and keep the rest of the pair (more data, not the papers' "
+                        "split; default: the config's data.keep_partial, false)")
     parser.add_argument("--force", action="store_true", help="redo everything even if the prepared data is current")
     parser.add_argument("--moses", action="store_true",
                         help="Moses-tokenize the text first (off: the papers' corpora are tokenized already)")
     parser.add_argument("--max-len", type=int, metavar="N",
-                        help="drop training pairs with more than N pieces on either side")
+                        help="drop training pairs with more than N pieces on either side (default: the config's "
+                        f"data.max_len, else {DataConfig.max_len})")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress output on stderr")
 
 
@@ -33,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     """Prepare the pair and print the summary."""
     from nmt.data.prepare import format_summary, prepare
 
-    meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, bpe_size=args.bpe_size,
-                   force=args.force, moses=args.moses, max_len=args.max_len, progress=args.progress)
+    meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, from_archive=args.from_archive,
+                   bpe_size=args.bpe_size, max_len=args.max_len, keep_partial=args.keep_partial, force=args.force,
+                   moses=args.moses, progress=args.progress)
     print(format_summary(meta, Path(args.data_dir) / args.pair))
     return 0

@@ -12,20 +12,21 @@ import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nmt.config import DataConfig
-from nmt.data import binarized, corpora, download
+from nmt.data import binarized, corpora, download, settings
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.data.text import ParallelText, write_lines_atomic
 from nmt.data.tokenize import moses_tokenize
 from nmt.errors import NmtError
 
-FORMAT = 1  # bump when the layout or the cleaning changes, so old caches are rebuilt
-DEFAULT_URLS = {"ted": download.TED_URL, "iwslt15": download.IWSLT15_EN_VI_URL}
+FORMAT = 2  # bump when the layout or the cleaning changes, so old caches are rebuilt (2: the official TED rule)
 
 
 def length_percentile(src: list[list[int]], tgt: list[list[int]], q: float = 97.5) -> float:
@@ -42,18 +43,15 @@ def _sha256_or_none(path: Path) -> str | None:
     return download.sha256_file(path) if path.is_file() else None
 
 
-def _options(src: str, tgt: str, source: str, url: str | None, from_dir: str | Path | None, bpe_size: int,
-             moses: bool, max_len: int | None) -> dict[str, Any]:
+def _options(src: str, tgt: str, source: str, inputs: Inputs, data: DataConfig, moses: bool) -> dict[str, Any]:
     """Everything the output depends on; equal options mean the existing output can be reused."""
-    options: dict[str, Any] = {"format": FORMAT, "source": source, "bpe_size": bpe_size, "moses": moses,
-                               "max_len": max_len}
-    if from_dir is not None:
-        directory = Path(from_dir)
+    options: dict[str, Any] = {"format": FORMAT, "source": source, "bpe_size": data.bpe_size, "moses": moses,
+                               "max_len": data.max_len, "keep_partial": data.keep_partial}
+    if inputs.from_dir is not None:
+        directory = Path(inputs.from_dir)
         options["from_dir"] = str(directory.resolve())
         options["inputs"] = {f"{split}.{lang}": _sha256_or_none(directory / f"{split}.{lang}")
                              for split in corpora.SPLITS for lang in (src, tgt)}
-    else:
-        options["url"] = url or DEFAULT_URLS[source]
     return options
 
 
@@ -94,63 +92,62 @@ def _encode(tokenizer: SentencePieceTokenizer, text: ParallelText, max_len: int 
     return kept, [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
 
 
-def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str | None = None,
-            from_dir: str | Path | None = None, bpe_size: int = DataConfig.bpe_size, force: bool = False,
-            moses: bool = False, max_len: int | None = None, progress: bool = True) -> dict[str, Any]:
-    """Prepare ``DATA_DIR/PAIR/`` and return its meta (the content of ``meta.json``).
+@dataclass(frozen=True)
+class Inputs:
+    """Where the corpus comes from: extra mirrors (``--url``), local files, or a manually fetched archive."""
 
-    Args:
-        pair: ``src-tgt``; en-vi / vi-en is IWSLT'15, any other pair of TED codes is the TED talks corpus.
-        data_dir: root of the prepared data; downloads are cached in ``DATA_DIR/downloads/``.
-        url: archive URL (TED) or base URL (IWSLT'15) of a mirror.
-        from_dir: read ``{train,dev,test}.{src,tgt}`` from this directory instead of downloading.
-        bpe_size: SentencePiece vocabulary size (lowered, with a warning, if the corpus cannot fill it).
-        force: redo everything even if ``meta.json`` matches.
-        moses: Moses-tokenize the text first (for raw, untokenized corpora).
-        max_len: drop training pairs with more than this many pieces on either side; dev/test are never cut.
-        progress: progress bars and step messages on stderr.
+    urls: tuple[str, ...] = ()
+    from_dir: str | Path | None = None
+    archive: str | Path | None = None
+
+
+def resolve_settings(pair: str, bpe_size: int | None = None, max_len: int | None = None,
+                     keep_partial: bool | None = None) -> DataConfig:
+    """The pair's data settings: its config (``configs/PAIR.yaml``, else the defaults), then the overrides.
 
     Raises:
-        NmtError: bad pair or option, download/extraction failure, malformed or empty corpus.
+        NmtError: the config is broken, or an override is out of range.
     """
-    src, tgt = corpora.parse_pair(pair)
-    if bpe_size <= 4:
-        raise NmtError(f"--bpe-size {bpe_size} must be larger than the 4 special pieces")
-    if from_dir is not None and url is not None:
-        raise NmtError("--url and --from-dir exclude each other (one says where to download, the other not to)")
-    if max_len is not None and max_len < 1:
-        raise NmtError(f"--max-len {max_len} must be at least 1")
-    pair_dir = Path(data_dir) / pair
-    source = "dir" if from_dir is not None else corpora.source_for(src, tgt)
-    options = _options(src, tgt, source, url, from_dir, bpe_size, moses, max_len)
-    if not force and (existing := _up_to_date(pair_dir, options)) is not None:
-        _log(f"{pair_dir} is up to date (use --force to redo it)", progress)
-        return existing
-    (pair_dir / "meta.json").unlink(missing_ok=True)  # from here on the directory is incomplete
+    base = settings.pair_data_config(pair)
+    data = replace(base, pair=pair, bpe_size=base.bpe_size if bpe_size is None else bpe_size,
+                   max_len=base.max_len if max_len is None else max_len,
+                   keep_partial=base.keep_partial if keep_partial is None else keep_partial)
+    if data.bpe_size <= 4:
+        raise NmtError(f"--bpe-size {data.bpe_size} must be larger than the 4 special pieces")
+    if data.max_len < 1:
+        raise NmtError(f"--max-len {data.max_len} must be at least 1")
+    return data
 
-    if from_dir is not None:
-        _log(f"reading {from_dir}", progress)
-        corpus = corpora.load_dir(from_dir, src, tgt)
+
+def _load(pair: str, data_dir: Path, source: str, inputs: Inputs, data: DataConfig, progress: bool
+          ) -> corpora.Corpus:
+    src, tgt = corpora.parse_pair(pair)
+    if inputs.from_dir is not None:
+        _log(f"reading {inputs.from_dir}", progress)
+        corpus = corpora.load_dir(inputs.from_dir, src, tgt)
     else:
-        request = corpora.Request(src, tgt, Path(data_dir) / "downloads", url, progress)
+        archive = Path(inputs.archive) if inputs.archive is not None else None
+        request = corpora.Request(src, tgt, data_dir / "downloads", inputs.urls, archive, data.keep_partial,
+                                  progress)
         corpus = corpora.load(request, source)
     for split, text in corpus.items():
         if not text.src:
             raise NmtError(f"{pair} {split}: no sentence pairs left ({dict(text.dropped)} dropped)")
-    if moses:
-        _log("Moses-tokenizing", progress)
-        corpus = {split: ParallelText(moses_tokenize(t.src, src), moses_tokenize(t.tgt, tgt), t.dropped)
-                  for split, t in corpus.items()}
+    return corpus
 
-    _log(f"training SentencePiece BPE (vocab {bpe_size}) on {len(corpus['train'])} pairs", progress)
-    vocab_size = train_sentencepiece(corpus["train"].src + corpus["train"].tgt, pair_dir, bpe_size)
+
+def _write(pair_dir: Path, corpus: corpora.Corpus, src: str, tgt: str, data: DataConfig, progress: bool
+           ) -> dict[str, Any]:
+    """SentencePiece, raw text and binarized splits; the meta fields they determine."""
+    _log(f"training SentencePiece BPE (vocab {data.bpe_size}) on {len(corpus['train'])} pairs", progress)
+    vocab_size = train_sentencepiece(corpus["train"].src + corpus["train"].tgt, pair_dir, data.bpe_size)
     tokenizer = SentencePieceTokenizer(pair_dir / "spm.model")
     splits: dict[str, dict[str, Any]] = {}
     length_p975 = 0.0
     for split, text in corpus.items():
-        text, src_ids, tgt_ids = _encode(tokenizer, text, max_len if split == "train" else None)
+        text, src_ids, tgt_ids = _encode(tokenizer, text, data.max_len if split == "train" else None)
         if not text.src:
-            raise NmtError(f"{pair} {split}: no sentence pairs left after --max-len {max_len}")
+            raise NmtError(f"{pair_dir.name} {split}: no sentence pairs left after --max-len {data.max_len}")
         for lang, lines, ids in ((src, text.src, src_ids), (tgt, text.tgt, tgt_ids)):
             write_lines_atomic(pair_dir / "raw" / f"{split}.{lang}", lines)
             binarized.write_split(pair_dir, split, lang, ids)
@@ -158,15 +155,63 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
                          "src_tokens": sum(map(len, src_ids)), "tgt_tokens": sum(map(len, tgt_ids))}
         if split == "train":
             length_p975 = length_percentile(src_ids, tgt_ids)
+    return {"vocab_size": vocab_size, "spm_sha256": download.sha256_file(pair_dir / "spm.model"),
+            "splits": splits, "length_p975": length_p975}
 
+
+def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str | Sequence[str] | None = None,
+            from_dir: str | Path | None = None, from_archive: str | Path | None = None, bpe_size: int | None = None,
+            max_len: int | None = None, keep_partial: bool | None = None, force: bool = False, moses: bool = False,
+            progress: bool = True) -> dict[str, Any]:
+    """Prepare ``DATA_DIR/PAIR/`` and return its meta (the content of ``meta.json``).
+
+    Args:
+        pair: ``src-tgt``; en-vi / vi-en is IWSLT'15, any other pair of TED codes is the TED talks corpus.
+        data_dir: root of the prepared data; downloads are cached in ``DATA_DIR/downloads/``.
+        url: mirrors tried first: the archive URL (TED) or the folder of the six files (IWSLT'15).
+        from_dir: read ``{train,dev,test}.{src,tgt}`` from this directory instead of downloading.
+        from_archive: a ``ted_talks.tar.gz`` fetched by other means, checked like a download.
+        bpe_size: SentencePiece vocabulary size (lowered, with a warning, if the corpus cannot fill it);
+            None: the pair config's ``data.bpe_size``.
+        max_len: drop training pairs with more pieces on either side (dev/test are never cut); None: the config's.
+        keep_partial: TED: strip NULL markers instead of dropping the pair; None: the config's.
+        force: redo everything even if ``meta.json`` matches.
+        moses: Moses-tokenize the text first (for raw, untokenized corpora).
+        progress: progress bars and step messages on stderr.
+
+    Raises:
+        NmtError: bad pair or option, download/extraction failure, malformed or empty corpus.
+    """
+    src, tgt = corpora.parse_pair(pair)
+    data = resolve_settings(pair, bpe_size, max_len, keep_partial)
+    urls = (url,) if isinstance(url, str) else tuple(url or ())
+    chosen = [name for name, given in (("--url", urls), ("--from-dir", from_dir), ("--from-archive", from_archive))
+              if given]
+    if len(chosen) > 1:
+        raise NmtError(f"{' and '.join(chosen)} exclude each other (each says where the corpus comes from)")
+    inputs = Inputs(urls, from_dir, from_archive)
+    pair_dir = Path(data_dir) / pair
+    source = "dir" if from_dir is not None else corpora.source_for(src, tgt)
+    options = _options(src, tgt, source, inputs, data, moses)
+    if not force and (existing := _up_to_date(pair_dir, options)) is not None:
+        _log(f"{pair_dir} is up to date (use --force to redo it)", progress)
+        return existing
+    (pair_dir / "meta.json").unlink(missing_ok=True)  # from here on the directory is incomplete
+    corpus = _load(pair, Path(data_dir), source, inputs, data, progress)
+    if moses:
+        _log("Moses-tokenizing", progress)
+        corpus = {split: ParallelText(moses_tokenize(t.src, src), moses_tokenize(t.tgt, tgt), t.dropped)
+                  for split, t in corpus.items()}
+    written = _write(pair_dir, corpus, src, tgt, data, progress)
     meta: dict[str, Any] = {
-        "pair": pair, "src": src, "tgt": tgt, "source": source, "bpe_size": bpe_size, "vocab_size": vocab_size,
-        "spm_sha256": download.sha256_file(pair_dir / "spm.model"), "splits": splits,
-        "length_p975": length_p975, "options": options,
+        "pair": pair, "src": src, "tgt": tgt, "source": source, "bpe_size": data.bpe_size,
+        "max_len": data.max_len, "filter": settings.filter_name(data.keep_partial) if source == "ted" else None,
+        **written, "options": options,
     }
     tmp = pair_dir / f".meta.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, pair_dir / "meta.json")
+    settings.warn_counts(meta)
     return meta
 
 
@@ -179,6 +224,9 @@ def format_summary(meta: dict[str, Any], pair_dir: str | Path | None = None) -> 
     for split, info in meta["splits"].items():
         dropped = ", ".join(f"{reason} {n:,}" for reason, n in info["dropped"].items()) or "none"
         lines.append(f"{split:<6} {info['lines']:>9,} {info['src_tokens']:>12,} {info['tgt_tokens']:>12,}  {dropped}")
+    if meta.get("filter"):
+        lines.append(f"filter: {meta['filter']} (TED pairs containing NULL are "
+                     + ("kept with the markers stripped)" if meta["filter"] == "keep_partial" else "dropped)"))
     lines.append(f"vocab size {meta['vocab_size']:,} (requested {meta['bpe_size']:,}); "
                  f"length_p975 {meta['length_p975']:.1f} pieces (QKNorm L)")
     return "\n".join(lines)

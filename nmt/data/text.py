@@ -2,8 +2,9 @@
 
 Every corpus file is read as UTF-8 one line at a time; a byte sequence that is not UTF-8 is an
 :class:`~nmt.errors.NmtError` naming the file and the 1-based line number, never a silent replacement. CRLF line
-endings are accepted. Lines are normalised by :func:`normalize_line` (outer whitespace stripped, inner runs of
-whitespace collapsed to one space), which is also what makes SentencePiece round trips exact.
+endings are accepted, and so is a UTF-8 byte-order mark before the first line (removed). Lines are normalised by
+:func:`normalize_line` (outer whitespace stripped, inner runs of whitespace collapsed to one space), which is also
+what makes SentencePiece round trips exact.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise NmtError(f"{path} line {number}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
+            if number == 1 and line.startswith("\ufeff"):  # a BOM is an encoding mark, not text
+                line = line[1:]
             if line.endswith("\n"):
                 line = line[:-1]
             if line.endswith("\r"):
@@ -68,10 +71,14 @@ class ParallelText:
 
 
 def clean_pairs(src: list[str], tgt: list[str], dropped: Counter[str] | None = None) -> ParallelText:
-    """Normalise both sides and drop pairs where either side is empty (counted under reason ``empty``)."""
+    """Normalise both sides; drop pairs where either side is empty (reason ``empty``) or holds a NUL byte
+    (``nul_byte``: binary garbage, and a character SentencePiece and the csv module refuse)."""
     dropped = Counter() if dropped is None else dropped
     out = ParallelText([], [], dropped)
     for s, t in zip(src, tgt, strict=True):
+        if "\x00" in s or "\x00" in t:
+            dropped["nul_byte"] += 1
+            continue
         s, t = normalize_line(s), normalize_line(t)
         if not s or not t:
             dropped["empty"] += 1
