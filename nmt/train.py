@@ -336,7 +336,7 @@ class Trainer:
                 f"{n_params / 1e6:.2f}M parameters, {len(d.train)} training pairs ({d.dropped_long} longer than "
                 f"data.max_len skipped), {len(d.dev.data)} dev pairs, vocab {d.vocab_size}, QKNorm L "
                 f"{d.qknorm_length:.1f}, device {self.rt.device} x{self.rt.world_size}, precision "
-                f"{self.rt.precision}, step {self.progress.step}")
+                f"{self.rt.describe_precision()}, step {self.progress.step}")
 
     def write_run_files(self) -> None:
         import yaml
