@@ -4,10 +4,13 @@ bf16 autocast pays off on a CPU only where bf16 matmuls run natively (AVX-512 BF
 extension on Arm). Elsewhere PyTorch still runs them, but emulated: on an AVX2-only AMD EPYC a bf16 matmul ran at
 0.9 GFLOP/s against 51 GFLOP/s in fp32, and a bf16 training step took a minute. oneDNN's own check
 (``torch.ops.mkldnn._is_mkldnn_bf16_supported``) answers "no" on such a CPU, but "yes" on AVX-512 CPUs without
-BF16 instructions (Skylake to Ice Lake), where oneDNN emulates bf16 at about half the fp32 speed; and ``/proc/cpuinfo``
-flags are not what oneDNN uses either (``ONEDNN_MAX_CPU_ISA`` caps it). So :func:`bf16_support` times one small bf16
-and fp32 matmul (about 10 ms on a native CPU, 50 ms on an emulating one, once per process) and calls bf16 native
-only where oneDNN supports it and the timing confirms that it is faster than fp32.
+BF16 instructions (Skylake to Ice Lake), where oneDNN emulates bf16 several times slower than fp32; ``/proc/cpuinfo``
+flags are not what oneDNN uses either (``ONEDNN_MAX_CPU_ISA`` caps it). So :func:`bf16_support` times bf16 and
+fp32 matmuls on one thread (about 60 ms on a Sapphire Rapids core, 90 ms with oneDNN capped to AVX2; once per
+process) and calls bf16 native only where oneDNN supports it and the timing confirms that it is faster than fp32.
+Measured here (one thread, bf16 time / fp32 time): 0.17 native (AMX), 4.6 with oneDNN capped to AVX-512 without
+BF16 (``ONEDNN_MAX_CPU_ISA=AVX512_CORE``), 72 capped to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``, where oneDNN's check
+also says no, as on the AVX2-only AMD EPYC).
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 # set before the probe's bf16 matmul too); a value the user set is kept.
 ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
-# the probe's matmuls, (M, K) @ (K, N): a small one (~17 MFLOP: ~8 ms in emulated bf16 on AVX2, ~0.1 ms natively)
-# tells emulation apart; where bf16 is not clearly slower there, a larger one (~270 MFLOP, ~0.3 ms in native bf16)
-# decides, since on the small one fixed costs blur a native CPU's advantage (bf16/fp32 time 0.4-0.8 there, 0.3 here)
+# the probe's matmuls, (M, K) @ (K, N): a small one (~17 MFLOP: ~8 ms in emulated bf16 on AVX2, ~0.05 ms natively)
+# tells emulation apart; where bf16 is not clearly slower there, a larger one (~270 MFLOP, ~0.4 ms in native bf16)
+# decides, since on the small one fixed costs blur a native CPU's advantage (bf16/fp32 time 0.4-0.8 there)
 PROBE_SHAPES = ((128, 256, 256), (512, 512, 512))
 CLEARLY_SLOWER = 2.0
 PROBE_REPEATS = 10
@@ -134,11 +137,16 @@ def bf16_support() -> Bf16Support:
     os.environ.setdefault(*ONEDNN_CACHE)  # before oneDNN's first primitive (the probe's bf16 matmul)
     flags = tuple(flag for flag in NATIVE_BF16_FLAGS if flag in cpu_flags())
     onednn = onednn_bf16()
-    with torch.autocast("cpu", enabled=False):
-        for shape in PROBE_SHAPES:
-            slowdown = time_matmul(torch.bfloat16, shape) / time_matmul(torch.float32, shape)
-            if slowdown >= CLEARLY_SLOWER:
-                break
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per-core speed: on a busy machine a second thread's wake-up costs milliseconds
+    try:
+        with torch.autocast("cpu", enabled=False):
+            for shape in PROBE_SHAPES:
+                slowdown = time_matmul(torch.bfloat16, shape) / time_matmul(torch.float32, shape)
+                if slowdown >= CLEARLY_SLOWER:
+                    break
+    finally:
+        torch.set_num_threads(threads)
     return Bf16Support(native=onednn is not False and slowdown < 1.0, onednn=onednn, flags=flags, slowdown=slowdown)
 
 

@@ -3,9 +3,13 @@ on an emulating CPU warns once; the hardware probe and the machine record are sa
 
 from __future__ import annotations
 
+import argparse
+import importlib.machinery
+import importlib.util
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -140,3 +144,25 @@ def test_machine_info_names_the_machine() -> None:
     line = hardware.describe_machine(info)
     assert line.startswith(info["cpu"]) and f"torch {torch.__version__}" in line
     yaml.safe_dump(info)  # plain data, ready for JSON and YAML reports
+
+
+def load_bench_peers() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers"
+    loader = importlib.machinery.SourceFileLoader("bench_peers", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_peers", loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_bench_peers_runs_ours_in_bf16_only_where_native(cpu_class: pytest.MonkeyPatch) -> None:
+    peers = load_bench_peers()
+    precisions, note = peers.ours_precisions()
+    assert precisions == ["bf16", "fp32"] and "auto: CPU has native bf16" in note
+    cpu_class.setattr(hardware, "bf16_support", lambda: EMULATED)
+    precisions, note = peers.ours_precisions()
+    assert precisions == ["fp32"] and "bf16 runs skipped" in note and "48x slower than fp32" in note
+    meta = {"date": "today", "command": "scripts/bench_peers", "machine": hardware.machine_info(),
+            "ours_precisions": note}
+    args = argparse.Namespace(epoch=False, updates=2, warmup=1, sentences=0)
+    report = peers.markdown({"meta": meta}, args)
+    assert f"Machine: {hardware.describe_machine(meta['machine'])}" in report and "bf16 runs skipped" in report
