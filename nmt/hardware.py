@@ -118,7 +118,8 @@ def onednn_bf16() -> bool | None:
 def time_matmul(dtype: torch.dtype, shape: tuple[int, int, int]) -> float:
     """Seconds of one ``shape`` = (M, K, N) matmul in ``dtype`` on the CPU (the fastest of a few, after a warm-up)."""
     m, k, n = shape
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    seeded = torch.Generator().manual_seed(0)  # never the global generator: runs must stay bitwise reproducible
+    a, b = torch.randn(m, k, generator=seeded).to(dtype), torch.randn(k, n, generator=seeded).to(dtype)
     torch.mm(a, b)  # first call: library initialisation, kernel generation
     best, spent = float("inf"), 0.0
     for _ in range(PROBE_REPEATS):

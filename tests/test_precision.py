@@ -104,8 +104,9 @@ def test_first_training_log_line_names_precision_and_why(cpu_class: pytest.Monke
     cpu_class.setattr(hardware, "bf16_support", lambda: EMULATED)
     data_dir = prepare_synthetic(tmp_path, {"train": 60, "dev": 4, "test": 4})
     train(config_from_dict(tiny_config(data_dir, tmp_path / "run", precision="auto", max_steps=2, eval_every=2)))
-    first = (tmp_path / "run" / "train.log").read_text(encoding="utf-8").splitlines()[0]
+    first, second = (tmp_path / "run" / "train.log").read_text(encoding="utf-8").splitlines()[:2]
     assert "precision fp32 (auto: no native bf16 on this CPU" in first and "48x slower than fp32" in first
+    assert second.endswith(f"machine: {hardware.describe_machine(hardware.machine_info())}")
 
 
 def test_translate_says_its_precision(cpu_class: pytest.MonkeyPatch, tmp_path: Path,
@@ -128,7 +129,10 @@ def test_cpu_presets_choose_precision_by_hardware() -> None:
 
 
 def test_probe_is_sane_on_this_machine() -> None:
+    hardware.bf16_support.cache_clear()
+    rng = torch.get_rng_state()
     support = hardware.bf16_support()
+    assert torch.equal(torch.get_rng_state(), rng)  # the probe leaves the global random numbers alone
     assert math.isfinite(support.slowdown) and support.slowdown > 0
     assert set(support.flags) <= set(NATIVE_BF16_FLAGS) and set(support.flags) <= hardware.cpu_flags()
     assert support.onednn in (True, False, None)
