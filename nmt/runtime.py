@@ -86,12 +86,15 @@ def choose_precision(name: str, device: torch.device, setting: str = "train.prec
         raise NmtError(f"{setting} 'fp16' needs CUDA; use bf16 or fp32 on CPU")
     if name == "fp32":
         return Precision(name, f"set by {setting}")
+    if device.type != "cpu":  # another accelerator (e.g. Apple's mps): the CPU's bf16 says nothing about it
+        if name == "auto":
+            return Precision("fp32", f"auto: fp32 on {device.type}")
+        return Precision(name, f"set by {setting}")
     support = hardware.bf16_support()
     if name == "auto":
         return Precision("bf16" if support.native else "fp32", f"auto: {support.reason}")
-    if support.native:
-        return Precision(name, f"set by {setting}; {support.reason}")
-    warn_emulated_bf16(setting, support.reason)
+    if not support.native:
+        warn_emulated_bf16(setting, support.reason)
     return Precision(name, f"set by {setting}; {support.reason}")
 
 

@@ -85,6 +85,7 @@ def test_fp32_and_gpu_choices_do_not_probe_the_cpu(cpu_class: pytest.MonkeyPatch
     cpu_class.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     assert choose_precision("auto", cuda).name == "fp16"
     assert choose_precision("fp32", cuda).name == "fp32"
+    assert choose_precision("auto", torch.device("mps")).name == "fp32"  # other accelerators: no CPU probe either
 
 
 @pytest.mark.parametrize(("name", "message"), [("fp16", "'fp16' needs CUDA"), ("half", "not one of auto")])
