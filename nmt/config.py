@@ -12,11 +12,16 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from nmt.errors import NmtError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable  # Python >= 3.11; annotations only
+
+RESOLVED_KEY = "resolved"  # the section of a run's config.yaml that records values measured on the data
 
 NormName = Literal["layernorm", "scalenorm", "rmsnorm"]
 NormPosition = Literal["pre", "post"]
@@ -245,9 +250,16 @@ def config_from_dict(tree: dict[str, Any], overrides: typing.Iterable[str] = ())
     return config
 
 
-def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> Config:
-    """Load a YAML config file and apply dotted ``section.key=value`` overrides."""
-    path = Path(path)
+def load_config(path: str | Path | Traversable, overrides: typing.Iterable[str] = ()) -> Config:
+    """Load a YAML config and apply dotted ``section.key=value`` overrides.
+
+    ``path`` is a file, or the name of a packaged config (``gl-en``, ``gl-en-cpu``; see :mod:`nmt.presets`). The
+    ``resolved`` section that training adds to a run's ``config.yaml`` (values measured on the data) is ignored, so
+    a run's saved config trains again as it is.
+    """
+    from nmt.presets import find_config
+
+    path = find_config(path) if isinstance(path, (str, Path)) else path
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -263,6 +275,7 @@ def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> Confi
         raise NmtError(f"{path}{where}: YAML syntax error: {problem}") from None
     if not isinstance(tree, dict):
         raise NmtError(f"{path}: a config must be a mapping of sections (data, model, train, decode)")
+    tree.pop(RESOLVED_KEY, None)
     try:
         return config_from_dict(tree, overrides)
     except NmtError as exc:

@@ -1,5 +1,8 @@
 """Train a model: ``nmt train CONFIG [--set section.key=value ...] [--resume]``.
 
+CONFIG is a YAML file (a run's saved ``config.yaml`` too) or the name of a packaged config: gl-en, gl-en-cpu, sk-en,
+en-vi, en-he, ar-en, bench (``nmt train gl-en-cpu`` works from any directory).
+
 Under ``torchrun --nproc_per_node=N -m nmt train CONFIG`` every process trains with DDP (nccl on GPU, gloo on CPU).
 SIGINT/SIGTERM save checkpoint_last.pt and stop; ``--resume`` continues from it exactly.
 """
@@ -10,7 +13,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config (see configs/base.yaml for every option)")
+    parser.add_argument("config", help="YAML config file, or a packaged config's name (e.g. gl-en-cpu); every option: base")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable), e.g. --set train.max_steps=1000")
     parser.add_argument("--resume", action="store_true", help="continue from train.save_dir/checkpoint_last.pt")
