@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, help="beam size for the translation (default: decode.beam)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="the sentence is Moses-tokenized already (as in the papers' corpora)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 
 from nmt.bench import BenchSettings
+from nmt.commands import add_quiet
 
 _DEFAULTS = BenchSettings()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config of the model, data and batch size, or a packaged config's name (e.g. bench)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="override train.device")
+    parser.add_argument("config",
+                        help="YAML config of the model, data and batch size, or a packaged config's name (e.g. bench)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None, help="override train.device")
     steps = parser.add_mutually_exclusive_group()
     steps.add_argument("--steps", type=int, default=_DEFAULTS.steps, help="timed training updates per repeat")
     steps.add_argument("--epoch", action="store_true",
@@ -33,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of a table")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable), e.g. --set system=qknorm")
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,10 @@ from the TED talks corpus of Qi et al. 2018; --from-dir reads {train,dev,test}.{
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
+from nmt.commands import add_json, add_quiet
 from nmt.config import DataConfig
 
 
@@ -27,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len", type=int, metavar="N",
                         help="drop training pairs with more than N pieces on either side")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress output on stderr")
+    add_quiet(parser)
+    add_json(parser, "the summary (the prepared meta.json)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from nmt.data.prepare import format_summary, prepare
 
     meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, bpe_size=args.bpe_size,
-                   force=args.force, moses=args.moses, max_len=args.max_len, progress=args.progress)
-    print(format_summary(meta, Path(args.data_dir) / args.pair))
+                   force=args.force, moses=args.moses, max_len=args.max_len,
+                   progress=args.progress and not args.quiet)
+    print(json.dumps(meta, ensure_ascii=False) if args.json else format_summary(meta, Path(args.data_dir) / args.pair))
     return 0
