@@ -6,6 +6,8 @@ PAIR ?= gl-en
 SYSTEM ?= qknorm
 DEVICE ?= auto
 SCALE ?= auto
+# FROM: a local folder of prepared {train,dev,test} files to use instead of downloading; by default the CI machine's
+# folder when it exists (empty elsewhere, so the corpus is downloaded)
 FROM ?= $(wildcard ../shared/data/$(PAIR))
 PAIRS ?= gl-en
 SYSTEMS ?= prenorm_fixnorm_scalenorm qknorm
