@@ -232,3 +232,12 @@ def test_stdin_helpers_reject_bad_utf8(monkeypatch: pytest.MonkeyPatch) -> None:
         list(input_lines("-"))
     monkeypatch.setattr("sys.stdin", io.StringIO("a\nb\n"))
     assert list(input_lines("-")) == ["a", "b"]
+
+
+def test_attention_png_to_stdout(checkpoint: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    pytest.importorskip("matplotlib")
+    assert cli.main(["attention", "--checkpoint", str(checkpoint), "--src", "the cat sat .", "--output", "-",
+                     "--device", "cpu", "--pretokenized"]) == 0
+    captured = capsysbinary.readouterr()
+    assert captured.out[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"translation:" in captured.err  # the text moves to stderr, out of the image's way

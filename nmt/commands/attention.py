@@ -12,6 +12,7 @@ baseline and QKNorm, as in the papers' Figures 1–2); QKNorm panels show the le
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", action="append", required=True,
                         help="checkpoint to plot (give it twice for two panels side by side)")
     parser.add_argument("--src", required=True, help="the source sentence")
-    parser.add_argument("--output", required=True, help="PNG file to write")
+    parser.add_argument("--output", required=True, help="PNG file to write; - is stdout (the text then goes to stderr)")
     parser.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross",
                         help="which attention to draw (default: cross)")
     parser.add_argument("--layer", type=int, help="layer index, 0-based; negative from the end (default: last)")
@@ -38,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if len(args.checkpoint) > 2:
         raise NmtError(f"--checkpoint given {len(args.checkpoint)} times; at most two are drawn side by side")
     output = Path(args.output)
-    if output.suffix.lower() != ".png":
+    to_stdout = args.output == "-"
+    if not to_stdout and output.suffix.lower() != ".png":
         raise NmtError(f"--output {output} must end in .png")
     views = []
     for checkpoint in args.checkpoint:
@@ -47,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         views.append(attention_view(translator, args.src, args.kind, args.layer, args.head, args.beam,
                                     args.pretokenized, label))
     plot_views(views, output)
+    text = sys.stderr if to_stdout else sys.stdout
     for view in views:
-        print(f"{view.title}\n  translation: {view.translation}")
-    print(f"wrote {output}")
+        print(f"{view.title}\n  translation: {view.translation}", file=text)
+    if not to_stdout:
+        print(f"wrote {output}")
     return 0
