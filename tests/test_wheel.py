@@ -2,8 +2,8 @@
 ``nmt --version``, ``nmt prepare`` from local files, ``nmt train`` by a packaged config's NAME (and again from the
 run's saved config.yaml), ``nmt translate`` and ``nmt evaluate`` in a pipe. Nothing may come from the checkout.
 
-To stay fast and offline the fresh environment reuses the installed dependencies (torch, ...) through a ``.pth``
-line naming the test interpreter's site-packages; the package itself comes only from the wheel.
+To stay fast and offline the fresh environment reuses the installed dependencies (torch, ...) through ``.pth`` lines
+naming the test interpreter's site-packages folders; the package itself comes only from the wheel.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -66,8 +65,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
                     "--disable-pip-version-check", str(wheel)], check=True, capture_output=True, timeout=300, env=env)
     purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   check=True, capture_output=True, text=True).stdout.strip())
-    # a plain path line: the dependencies are found, but that folder's .pth files (an editable nmt) are not run
-    (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    # plain path lines: the dependencies are found, but those folders' .pth files (an editable nmt) are not run
+    deps = [p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()]
+    (purelib / "deps.pth").write_text("".join(p + "\n" for p in deps), encoding="utf-8")
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1")
     return venv, env
 
