@@ -241,3 +241,15 @@ def test_attention_png_to_stdout(checkpoint: Path, capsysbinary: pytest.CaptureF
     captured = capsysbinary.readouterr()
     assert captured.out[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"translation:" in captured.err  # the text moves to stderr, out of the image's way
+
+
+def test_attention_json(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "a.png"
+    assert cli.main(["attention", "--checkpoint", str(checkpoint), "--src", "the cat sat .", "--output", str(out),
+                     "--device", "cpu", "--pretokenized", "--kind", "encoder", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (panel,) = result["panels"]
+    assert result["output"] == str(out) and out.is_file()
+    assert len(panel["weights"]) == len(panel["queries"]) == len(panel["keys"])  # encoder: source x source
+    assert all(abs(sum(row) - 1.0) < 1e-4 for row in panel["weights"])  # each query's weights are a distribution

@@ -12,8 +12,11 @@ baseline and QKNorm, as in the papers' Figures 1–2); QKNorm panels show the le
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+
+from nmt.commands import add_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pretokenized", action="store_true",
                         help="the sentence is Moses-tokenized already (as in the papers' corpora)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    add_json(parser, "each panel's title, translation, query and key pieces and weights")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
                                     args.pretokenized, label))
     plot_views(views, output)
     text = sys.stderr if to_stdout else sys.stdout
+    if args.json:
+        panels = [{"title": v.title, "translation": v.translation, "queries": v.rows, "keys": v.cols,
+                   "weights": v.weights.tolist()} for v in views]
+        print(json.dumps({"output": args.output, "panels": panels}, ensure_ascii=False), file=text)
+        return 0
     for view in views:
         print(f"{view.title}\n  translation: {view.translation}", file=text)
     if not to_stdout:
