@@ -6,12 +6,14 @@ PAIR ?= gl-en
 SYSTEM ?= qknorm
 DEVICE ?= auto
 SCALE ?= auto
+# FROM: a local folder of prepared {train,dev,test} files to use instead of downloading; by default the CI machine's
+# folder when it exists (empty elsewhere, so the corpus is downloaded)
 FROM ?= $(wildcard ../shared/data/$(PAIR))
 PAIRS ?= gl-en
 SYSTEMS ?= prenorm_fixnorm_scalenorm qknorm
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint train bench reproduce clean
+.PHONY: install test lint floors train bench reproduce clean
 
 $(STAMP): pyproject.toml scripts/install
 	$(PYTHON) scripts/install --venv $(VENV)
@@ -26,6 +28,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check nmt tests scripts
 	$(BIN)/mypy nmt
 
+# the tests again with every runtime dependency at its pyproject.toml floor (a second venv, .venv-floors)
+floors: $(STAMP)
+	$(BIN)/python scripts/check_floors
+
 train: $(STAMP)
 	$(BIN)/python scripts/train_pair --pair $(PAIR) --system $(SYSTEM) --device $(DEVICE) --scale $(SCALE) $(if $(FROM),--from-dir $(FROM),)
 
@@ -36,4 +42,4 @@ reproduce: $(STAMP)
 	$(BIN)/python scripts/reproduce --pairs "$(PAIRS)" --systems "$(SYSTEMS)" --device $(DEVICE) --scale $(SCALE)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floors .pytest_cache .mypy_cache .ruff_cache

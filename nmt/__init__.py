@@ -3,7 +3,7 @@
 Public API for scripting experiments::
 
     import nmt
-    cfg = nmt.load_config("configs/gl-en.yaml", overrides=["model.d_model=256"])
+    cfg = nmt.load_config("gl-en", overrides=["model.d_model=256"])  # a packaged config by name, or a YAML path
     model = nmt.build_model(cfg.model, vocab_size=8000, qknorm_length=79)
     translator = nmt.Translator.from_checkpoint("runs/gl-en/checkpoint_best.pt")
     translator.translate(["Ola mundo ."], pretokenized=True)

@@ -2,28 +2,30 @@
 
 A checkpoint is a dict of tensors and plain containers only, so :func:`torch.load` runs with ``weights_only=True``
 and an untrusted file cannot execute code. Writes go to a temporary file in the same directory, are fsynced, and
-replace the target with :func:`os.replace`: a crash (even ``kill -9``) mid-write leaves the previous file intact
-(and a temporary that :func:`remove_temporaries` deletes). Loading first checks every zip member's CRC-32, which
-:func:`torch.load` skips, so a damaged file is an error rather than silently wrong weights.
+replace the target with :func:`os.replace` (:mod:`nmt.atomic`; the file gets the user's umask): a crash (even
+``kill -9``) mid-write leaves the previous file intact (and a temporary that :func:`remove_temporaries` deletes).
+Loading first checks every zip member's CRC-32, which :func:`torch.load` skips, so a damaged file is an error rather
+than silently wrong weights.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from nmt.atomic import TMP_SUFFIX, atomic_write_bytes
 from nmt.errors import NmtError
 
+__all__ = ["TMP_SUFFIX", "atomic_write_bytes", "checkpoint_bytes", "load_checkpoint", "remove_temporaries",
+           "save_checkpoint"]
+
 FORMAT_VERSION = 1
-TMP_SUFFIX = ".tmp"
 
 
 def remove_temporaries(directory: str | Path) -> int:
@@ -35,32 +37,16 @@ def remove_temporaries(directory: str | Path) -> int:
     return len(stale)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+def checkpoint_bytes(payload: dict[str, Any]) -> bytes:
+    """The file content of a checkpoint of ``payload`` (tensors and plain containers)."""
+    buffer = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
+    return buffer.getvalue()
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     """Serialise ``payload`` (tensors and plain containers) atomically to ``path``."""
-    buffer = io.BytesIO()
-    torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, checkpoint_bytes(payload))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

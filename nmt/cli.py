@@ -1,16 +1,20 @@
 """Command-line entry point: ``nmt COMMAND ...``.
 
 Each command lives in ``nmt/commands/<name>.py`` with ``add_arguments(parser)`` and ``run(args) -> int``; this file
-only wires them up and turns :class:`~nmt.errors.NmtError` into one line ``error: ...`` with exit status 2.
+only wires them up, turns :class:`~nmt.errors.NmtError` into one line ``error: ...`` with exit status 2, and applies
+``--quiet`` (see :func:`nmt.commands.add_quiet`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from nmt import __version__
 from nmt.errors import NmtError
 
 COMMANDS: dict[str, str] = {
@@ -27,6 +31,7 @@ COMMANDS: dict[str, str] = {
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; only the ``selected`` command's module is imported (keeps start-up fast)."""
     parser = argparse.ArgumentParser(prog="nmt", description="Neural machine translation with pluggable normalization.")
+    parser.add_argument("--version", action="version", version=f"nmt {__version__} (qknorm-nmt)")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
@@ -48,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        with _quiet(getattr(args, "quiet", False)):
+            return int(args._run(args) or 0)
     except NmtError as exc:
         if args.debug:
             raise
@@ -60,6 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+
+
+@contextlib.contextmanager
+def _quiet(enabled: bool) -> Iterator[None]:
+    """``--quiet``: the command's stderr goes to /dev/null; errors are printed after it returns."""
+    if not enabled:
+        yield
+        return
+    with open(os.devnull, "w", encoding="utf-8") as devnull, contextlib.redirect_stderr(devnull):
+        yield
 
 
 if __name__ == "__main__":

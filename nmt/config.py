@@ -12,11 +12,16 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from nmt.errors import NmtError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable  # Python >= 3.11; annotations only
+
+RESOLVED_KEY = "resolved"  # the section of a run's config.yaml that records values measured on the data
 
 NormName = Literal["layernorm", "scalenorm", "rmsnorm"]
 NormPosition = Literal["pre", "post"]
@@ -24,7 +29,7 @@ AttentionName = Literal["scaled_dot", "qknorm", "qk_rmsnorm"]
 InitName = Literal["smallinit", "xavier"]
 ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
-DeviceName = Literal["auto", "cpu", "cuda"]
+DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 SystemName = Literal[
     "custom",
     "postnorm_layernorm",
@@ -246,15 +251,30 @@ def config_from_dict(tree: dict[str, Any], overrides: typing.Iterable[str] = ())
     return config
 
 
-def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> Config:
-    """Load a YAML config file and apply dotted ``section.key=value`` overrides."""
-    path = Path(path)
+def _read_config_text(path: str | Path | Traversable) -> tuple[str, str]:
+    """``(name for messages, YAML text)`` of a config file, a packaged config's name or ``-`` (stdin)."""
+    from nmt.presets import find_config
+    from nmt.stdio import STD, read_text
+
+    if isinstance(path, (str, Path)) and str(path) == STD:
+        return "<stdin>", read_text(STD)
+    source = find_config(path) if isinstance(path, (str, Path)) else path
     try:
-        text = path.read_text(encoding="utf-8")
+        return str(source), source.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise NmtError(f"config file not found: {path}") from None
+        raise NmtError(f"config file not found: {source}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise NmtError(f"cannot read config file {path}: {exc}") from None
+        raise NmtError(f"cannot read config file {source}: {exc}") from None
+
+
+def load_config(path: str | Path | Traversable, overrides: typing.Iterable[str] = ()) -> Config:
+    """Load a YAML config and apply dotted ``section.key=value`` overrides.
+
+    ``path`` is a file, ``-`` (stdin), or the name of a packaged config (``gl-en``, ``gl-en-cpu``; see
+    :mod:`nmt.presets`). The ``resolved`` section that training adds to a run's ``config.yaml`` (values measured on
+    the data) is ignored, so a run's saved config trains again as it is.
+    """
+    path, text = _read_config_text(path)
     try:
         tree = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -264,6 +284,7 @@ def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> Confi
         raise NmtError(f"{path}{where}: YAML syntax error: {problem}") from None
     if not isinstance(tree, dict):
         raise NmtError(f"{path}: a config must be a mapping of sections (data, model, train, decode)")
+    tree.pop(RESOLVED_KEY, None)
     try:
         return config_from_dict(tree, overrides)
     except NmtError as exc:

@@ -17,13 +17,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nmt.config import load_config
 from nmt.errors import NmtError
+from nmt.presets import cpu_overrides, is_cpu_preset, pair_config
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = ROOT / "configs"
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 # Tokenized test BLEU published for each (pair, system); Nguyen & Salazar 2019 Table 3 and Henry et al. 2020.
 PUBLISHED: dict[tuple[str, str], float] = {
@@ -49,18 +50,13 @@ class RunSpec:
     data_dir: str = "data"
     from_dir: str | None = None
     runs_dir: str = "runs"
-    config_dir: str | None = None  # default: the repository's configs/
+    config_dir: str | None = None  # default: the packaged configs (nmt/configs)
 
     @property
-    def config_path(self) -> Path:
-        name = f"{self.pair}-cpu" if self.scale == "cpu" else self.pair
-        directory = Path(self.config_dir) if self.config_dir else CONFIG_DIR
-        path = directory / f"{name}.yaml"
-        if not path.is_file():
-            choices = sorted(p.stem for p in directory.glob("*.yaml") if p.stem != "base")
-            raise NmtError(f"no config {path} for pair {self.pair} at scale {self.scale} "
-                           f"(available: {', '.join(choices) or 'none'})")
-        return path
+    def config_path(self) -> Path | Traversable:
+        """``PAIR.yaml``, or at CPU scale ``PAIR-cpu.yaml`` when that preset exists (else ``PAIR.yaml``, which
+        :attr:`overrides` then turns into a CPU recipe)."""
+        return pair_config(self.pair, self.scale, self.config_dir)
 
     @property
     def save_dir(self) -> Path:
@@ -69,7 +65,8 @@ class RunSpec:
 
     @property
     def overrides(self) -> list[str]:
-        return [f"system={self.system}", f"train.device={self.device}", f"train.save_dir={self.save_dir}",
+        derived = cpu_overrides(self.pair) if self.scale == "cpu" and not is_cpu_preset(self.config_path) else []
+        return [*derived, f"system={self.system}", f"train.device={self.device}", f"train.save_dir={self.save_dir}",
                 f"data.data_dir={self.data_dir}"]
 
 

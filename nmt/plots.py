@@ -7,6 +7,7 @@ optional ``plot`` extra (``pip install nmt[plot]``).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,11 @@ def new_figure(width: float, height: float) -> Any:
 
 
 def save_figure(figure: Any, path: Path, dpi: int = 120) -> Path:
-    """Write ``figure`` as PNG atomically (a temporary file renamed over ``path``)."""
+    """Write ``figure`` as PNG atomically (a temporary file renamed over ``path``); ``-`` is stdout."""
+    if str(path) == "-":
+        figure.savefig(sys.stdout.buffer, format="png", dpi=dpi)
+        sys.stdout.buffer.flush()
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
     try:

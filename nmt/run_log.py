@@ -1,4 +1,5 @@
-"""Where training reports go: a tqdm bar, an appended plain-text log, and TensorBoard scalars (rank 0 only)."""
+"""Where training reports go: a tqdm bar, an appended plain-text log, and TensorBoard scalars (rank 0 only; TensorBoard
+is an optional extra, and without it training runs and says so once)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,13 @@ class RunLog:
             self.bar = tqdm(total=total_steps or None, initial=start_step, unit="step", dynamic_ncols=True,
                             file=sys.stderr, mininterval=1.0)
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(save_dir / "tensorboard"))
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # an optional extra: the same scalars still go to metrics.jsonl
+                self.line("note: tensorboard is not installed, so no tensorboard/ logs (pip install "
+                          "'qknorm-nmt[tensorboard]', or --set train.tensorboard=false to silence this)")
+            else:
+                self.writer = SummaryWriter(str(save_dir / "tensorboard"))
 
     def line(self, text: str) -> None:
         """Write one line to the log file and above the progress bar."""

@@ -53,6 +53,12 @@ class Runtime:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or ``mps`` (Apple GPUs, where torch has it)."""
+    if name == "mps":
+        if not torch.backends.mps.is_available():
+            raise NmtError("device 'mps' requested but this torch build or machine has no MPS (Apple GPU) support "
+                           "(use --device cpu or auto)")
+        return torch.device("mps")
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise NmtError("device 'cuda' requested but CUDA is not available (use --device cpu or auto)")

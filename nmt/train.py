@@ -22,7 +22,7 @@ import torch
 
 from nmt import rng
 from nmt.checkpoint import bytes_to_tensor, load_checkpoint, remove_temporaries, save_checkpoint, tensor_to_bytes
-from nmt.config import Config, config_to_dict
+from nmt.config import RESOLVED_KEY, Config, config_to_dict
 from nmt.data.batching import Batch, collate, make_batches
 from nmt.errors import NmtError
 from nmt.evaluate import tokenized_bleu
@@ -344,7 +344,7 @@ class Trainer:
         import yaml
 
         resolved = config_to_dict(self.cfg)
-        resolved["resolved"] = {"qknorm_length": self.data.qknorm_length,
+        resolved[RESOLVED_KEY] = {"qknorm_length": self.data.qknorm_length,
                                 "qknorm_length_source": self.data.qknorm_length_source,
                                 "vocab_size": self.data.vocab_size}
         (self.save_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")

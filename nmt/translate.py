@@ -7,14 +7,16 @@ such as the papers' corpora, and then the output is tokenized too (what tokenize
 
 Lines are decoded in batches of similar length under a token budget (``max_tokens`` = padded source tokens per
 batch, EOS included, as in fairseq; the beam multiplies the decoder's rows on top of that), and results are put back
-in input order. Empty lines give empty translations without touching the model. A line longer than the model's
+in input order. :meth:`Translator.translate_stream` does the same for an input of any size, one buffer of lines at a
+time. Empty lines give empty translations without touching the model. A line longer than the model's
 positions is truncated with a warning on stderr.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,9 @@ from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
 
 
-def make_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group indices into batches of similar length whose padded size ``n * longest`` stays within ``max_tokens``.
+def make_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int | None = None) -> list[list[int]]:
+    """Group indices into batches of similar length whose padded size ``n * longest`` stays within ``max_tokens``
+    and whose size ``n`` stays within ``max_sentences`` (None: no limit).
 
     Longest sentences come first (an out-of-memory error then shows up at once); a sentence longer than the budget
     gets a batch of its own.
@@ -47,7 +50,8 @@ def make_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     longest = 0
     for index in order.tolist():
         longest_if_added = max(longest, lengths[index])
-        if current and longest_if_added * (len(current) + 1) > max_tokens:
+        full = max_sentences is not None and len(current) >= max_sentences
+        if current and (full or longest_if_added * (len(current) + 1) > max_tokens):
             batches.append(current)
             current, longest_if_added = [], lengths[index]
         current.append(index)
@@ -116,9 +120,10 @@ class Translator:
         return texts if pretokenized else moses_detokenize(texts, self.tgt_lang)
 
     def translate_ids(self, sources: Sequence[Sequence[int]], beam: int | None = None, lenpen: float | None = None,
-                      nbest: int | None = None, max_tokens: int | None = None, progress: bool = False
-                      ) -> list[list[Hypothesis]]:
-        """Decode piece-id sources (without EOS) in length-sorted token-budget batches; results in input order.
+                      nbest: int | None = None, max_tokens: int | None = None, progress: bool = False,
+                      batch_size: int | None = None) -> list[list[Hypothesis]]:
+        """Decode piece-id sources (without EOS) in length-sorted token-budget batches of at most ``batch_size``
+        sentences (None: no limit); results in input order.
 
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """
@@ -131,9 +136,11 @@ class Translator:
             raise NmtError(f"--beam {beam} must be at least 1")
         if not 1 <= nbest <= beam:
             raise NmtError(f"--nbest {nbest} must be between 1 and --beam {beam}")
+        if batch_size is not None and batch_size < 1:
+            raise NmtError(f"--batch-size {batch_size} must be at least 1")
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * nbest for _ in sources]
         todo = [i for i, src in enumerate(sources) if len(src)]
-        batches = make_batches([len(sources[i]) + 1 for i in todo], max_tokens)
+        batches = make_batches([len(sources[i]) + 1 for i in todo], max_tokens, batch_size)
         cap = self.config.model.max_positions - 1  # the step that forces EOS reads position max_len
         with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
             for batch in batches:
@@ -152,12 +159,14 @@ class Translator:
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
-                  progress: bool = False, first_line: int = 1) -> list[list[tuple[str, float]]]:
+                  progress: bool = False, first_line: int = 1, batch_size: int | None = None
+                  ) -> list[list[tuple[str, float]]]:
         """Translate raw text lines.
 
         Args:
             lines: one sentence per item (empty ones allowed).
             beam, lenpen, nbest, max_tokens: decoding settings; None takes the checkpoint's ``decode`` section.
+            batch_size: at most this many sentences per batch (None: only ``max_tokens`` limits a batch).
             pretokenized: the input is Moses-tokenized already; no Moses tokenization nor detokenization.
             progress: show a tqdm bar on stderr.
             first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone).
@@ -167,7 +176,30 @@ class Translator:
             log-probability (0 for an empty line, whose translations are ``""``).
         """
         sources = self.encode(lines, pretokenized, first_line)
-        hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress)
+        hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress, batch_size)
         flat = [h for nbest_list in hyps for h in nbest_list]
         texts = iter(self.decode([h.tokens for h in flat], pretokenized))
         return [[(next(texts), h.score) for h in nbest_list] for nbest_list in hyps]
+
+    def translate_stream(self, lines: Iterable[str], buffer_size: int, beam: int | None = None,
+                         lenpen: float | None = None, nbest: int | None = None, max_tokens: int | None = None,
+                         pretokenized: bool = False, progress: bool = False, batch_size: int | None = None
+                         ) -> Iterator[list[tuple[str, float]]]:
+        """Translate an iterable of lines of any length in bounded memory: read ``buffer_size`` lines, translate
+        them (see :meth:`translate`), yield their n-best lists in input order, then read the next buffer.
+
+        At most ``buffer_size`` lines are held at once, and no line past the current buffer is read before the
+        buffer's results are yielded (so interactive use with ``buffer_size=1`` answers each line at once).
+        """
+        if buffer_size < 1:
+            raise NmtError(f"--buffer-size {buffer_size} must be at least 1")
+        source = iter(lines)
+        first_line = 1
+        buffer = list(itertools.islice(source, buffer_size))  # a bad first line fails before a progress bar shows
+        with tqdm(unit="sent", disable=not progress, file=sys.stderr) as bar:
+            while buffer:
+                yield from self.translate(buffer, beam, lenpen, nbest, max_tokens, pretokenized,
+                                          first_line=first_line, batch_size=batch_size)
+                first_line += len(buffer)
+                bar.update(len(buffer))
+                buffer = list(itertools.islice(source, buffer_size))

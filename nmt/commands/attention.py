@@ -12,14 +12,18 @@ baseline and QKNorm, as in the papers' Figures 1–2); QKNorm panels show the le
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
+
+from nmt.commands import add_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", action="append", required=True,
                         help="checkpoint to plot (give it twice for two panels side by side)")
     parser.add_argument("--src", required=True, help="the source sentence")
-    parser.add_argument("--output", required=True, help="PNG file to write")
+    parser.add_argument("--output", required=True, help="PNG file to write; - is stdout (the text then goes to stderr)")
     parser.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross",
                         help="which attention to draw (default: cross)")
     parser.add_argument("--layer", type=int, help="layer index, 0-based; negative from the end (default: last)")
@@ -27,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, help="beam size for the translation (default: decode.beam)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="the sentence is Moses-tokenized already (as in the papers' corpora)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    add_json(parser, "each panel's title, translation, query and key pieces and weights")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if len(args.checkpoint) > 2:
         raise NmtError(f"--checkpoint given {len(args.checkpoint)} times; at most two are drawn side by side")
     output = Path(args.output)
-    if output.suffix.lower() != ".png":
+    to_stdout = args.output == "-"
+    if not to_stdout and output.suffix.lower() != ".png":
         raise NmtError(f"--output {output} must end in .png")
     views = []
     for checkpoint in args.checkpoint:
@@ -47,7 +53,14 @@ def run(args: argparse.Namespace) -> int:
         views.append(attention_view(translator, args.src, args.kind, args.layer, args.head, args.beam,
                                     args.pretokenized, label))
     plot_views(views, output)
+    text = sys.stderr if to_stdout else sys.stdout
+    if args.json:
+        panels = [{"title": v.title, "translation": v.translation, "queries": v.rows, "keys": v.cols,
+                   "weights": v.weights.tolist()} for v in views]
+        print(json.dumps({"output": args.output, "panels": panels}, ensure_ascii=False), file=text)
+        return 0
     for view in views:
-        print(f"{view.title}\n  translation: {view.translation}")
-    print(f"wrote {output}")
+        print(f"{view.title}\n  translation: {view.translation}", file=text)
+    if not to_stdout:
+        print(f"wrote {output}")
     return 0

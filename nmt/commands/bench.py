@@ -4,7 +4,7 @@ Training throughput (source+target tokens/s, target tokens/s, sentences/s from w
 or the whole first epoch with ``--epoch``, after ``--warmup``), peak memory (RSS; CUDA max allocated on a GPU) and
 decoding speed (sentences/s at ``--beam`` and greedy on ``--sentences`` test sentences), each the median of
 ``--repeats`` runs with its spread, and the machine's load average before and after. Example:
-``nmt bench configs/bench.yaml --set system=prenorm_fixnorm_layernorm``.
+``nmt bench bench --set system=prenorm_fixnorm_layernorm``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 
 from nmt.bench import BenchSettings
+from nmt.commands import add_quiet
 
 _DEFAULTS = BenchSettings()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config of the model, data and batch size (e.g. configs/bench.yaml)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="override train.device")
+    parser.add_argument("config",
+                        help="YAML config of the model, data and batch size, or a packaged config's name (e.g. bench)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None, help="override train.device")
     steps = parser.add_mutually_exclusive_group()
     steps.add_argument("--steps", type=int, default=_DEFAULTS.steps, help="timed training updates per repeat")
     steps.add_argument("--epoch", action="store_true",
@@ -33,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of a table")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable), e.g. --set system=qknorm")
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,34 +12,36 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nmt.data.text import iter_lines
 from nmt.evaluate import check_lengths, corpus_scores, paired_bootstrap
+from nmt.stdio import input_lines, one_stdin
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hyp", required=True, help="system output, one sentence per line (UTF-8)")
-    parser.add_argument("--ref", required=True, help="reference, one sentence per line (UTF-8)")
+    parser.add_argument("--hyp", required=True, help="system output, one sentence per line (UTF-8); - is stdin")
+    parser.add_argument("--ref", required=True, help="reference, one sentence per line (UTF-8); - is stdin")
     parser.add_argument("--tokenized", action="store_true",
                         help="also report tokenized BLEU (multi-bleu.perl) for Moses-tokenized text")
     parser.add_argument("--lang", default=None,
                         help="language of the text, for Moses detokenization with --tokenized (default: the --ref "
                              "file's extension when it is a language code, else en)")
     parser.add_argument("--compare", metavar="FILE2",
-                        help="second system: paired bootstrap test of BLEU against --hyp on the same --ref")
+                        help="second system: paired bootstrap test of BLEU against --hyp on the same --ref "
+                             "(- is stdin)")
     parser.add_argument("--bootstrap-samples", type=int, default=1000, help="resamples for --compare")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
-    hyps = list(iter_lines(args.hyp))
-    refs = list(iter_lines(args.ref))
+    one_stdin(hyp=args.hyp, ref=args.ref, compare=args.compare)
+    hyps = list(input_lines(args.hyp))
+    refs = list(input_lines(args.ref))
     check_lengths(hyps, refs, args.hyp, args.ref)
     suffix = Path(args.ref).suffix.lstrip(".")
     lang = args.lang or (suffix if suffix.isalpha() and 2 <= len(suffix) <= 3 else "en")
     result = {"hyp": args.hyp, "ref": args.ref,
               **corpus_scores(hyps, refs, tokenized=args.tokenized, lang=lang)}
     if args.compare:
-        other = list(iter_lines(args.compare))
+        other = list(input_lines(args.compare))
         check_lengths(other, refs, args.compare, args.ref)
         result["compare"] = {"file": args.compare, **corpus_scores(other, refs, tokenized=args.tokenized, lang=lang),
                              "bootstrap": paired_bootstrap(hyps, other, refs, tokenized=args.tokenized,

@@ -10,8 +10,10 @@ given here.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
+from nmt.commands import add_json, add_quiet
 from nmt.config import DataConfig
 
 
@@ -37,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="drop training pairs with more than N pieces on either side (default: the config's "
                         f"data.max_len, else {DataConfig.max_len})")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress output on stderr")
+    add_quiet(parser)
+    add_json(parser, "the summary (the prepared meta.json)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +49,6 @@ def run(args: argparse.Namespace) -> int:
 
     meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, from_archive=args.from_archive,
                    bpe_size=args.bpe_size, max_len=args.max_len, keep_partial=args.keep_partial, force=args.force,
-                   moses=args.moses, progress=args.progress)
-    print(format_summary(meta, Path(args.data_dir) / args.pair))
+                   moses=args.moses, progress=args.progress and not args.quiet)
+    print(json.dumps(meta, ensure_ascii=False) if args.json else format_summary(meta, Path(args.data_dir) / args.pair))
     return 0

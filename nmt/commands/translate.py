@@ -1,57 +1,57 @@
 """Translate raw text with a checkpoint: one output line per input line, in order (empty lines stay empty).
 
-Input is --input FILE or stdin; output is --output FILE (written to a temporary file and renamed at the end, so a
-crash never leaves a partial file) or stdout. From an interactive terminal each line is translated as soon as it is
-entered. Decoding settings default to the checkpoint's `decode` section. With --nbest K > 1, each input gives K
-lines `INDEX<TAB>SCORE<TAB>TEXT` (INDEX = 0-based input line, SCORE = length-penalised log-probability), best first.
+Input is --input FILE or stdin (``-``, the default); output is --output FILE or stdout (``-``, the default). The input
+is read lazily, --buffer-size lines at a time: each buffer is translated in batches (--max-tokens padded source
+tokens, at most --batch-size sentences) and written in input order and flushed before the next buffer is read, so a
+multi-GB input translates in bounded memory and a pipe sees output as it goes. An --output FILE is written to a
+temporary file renamed at the end, so a crash never leaves a partial file. From an interactive terminal each line
+is translated as soon as it is entered. Decoding settings default to the checkpoint's `decode` section. With
+--nbest K > 1, each input gives K lines `INDEX<TAB>SCORE<TAB>TEXT` (INDEX = 0-based input line, SCORE =
+length-penalised log-probability), best first.
 With --input, or interactively, stderr first says the decoding precision and why (e.g. ``precision fp32 (set by
-decode.precision)``).
+decode.precision)``); --quiet silences it.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import itertools
 import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
-from nmt.checkpoint import atomic_write_bytes
-from nmt.data.text import iter_lines
+from nmt.atomic import atomic_open
+from nmt.commands import add_quiet
 from nmt.errors import NmtError
+from nmt.stdio import input_lines, is_std
 from nmt.translate import Translator
+
+BUFFER_SIZE = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint written by `nmt train` or `nmt average`")
-    parser.add_argument("--input", help="UTF-8 text, one sentence per line (default: stdin)")
-    parser.add_argument("--output", help="where to write translations (default: stdout)")
+    parser.add_argument("--checkpoint", "--path", dest="checkpoint", required=True,
+                        help="checkpoint written by `nmt train` or `nmt average` (--path: fairseq's name)")
+    parser.add_argument("--input", default="-", help="UTF-8 text, one sentence per line; - is stdin (default)")
+    parser.add_argument("--output", default="-", help="where to write translations; - is stdout (default)")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam)")
     parser.add_argument("--lenpen", type=float, help="GNMT length penalty alpha (default: decode.lenpen)")
     parser.add_argument("--nbest", type=int, help="translations per input; K > 1 prints INDEX\\tSCORE\\tTEXT lines")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
     parser.add_argument("--max-tokens", type=int, help="padded source tokens per batch (default: decode.max_tokens)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--batch-size", type=int, help="at most this many sentences per batch (default: no limit)")
+    parser.add_argument("--buffer-size", type=int, default=BUFFER_SIZE,
+                        help="input lines read and translated at a time; bounds memory (default: %(default)s)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
                         help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
                              "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, auto "
                              "is bf16 on GPUs and on CPUs with native bf16, fp32 otherwise")
-
-
-def _stdin_lines() -> Iterator[str]:
-    """Lines of stdin as text; invalid UTF-8 is an error naming the line."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:  # a text stream without bytes underneath (e.g. io.StringIO)
-        for line in sys.stdin:
-            yield line.rstrip("\r\n")
-        return
-    for number, raw in enumerate(stream, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise NmtError(f"<stdin> line {number}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
-        yield line.rstrip("\r\n")
+    add_quiet(parser)
 
 
 def _check_writable(path: Path) -> None:
@@ -71,38 +71,47 @@ def _format(index: int, nbest: list[tuple[str, float]], with_scores: bool) -> It
     return [f"{index}\t{score:.4f}\t{text}" for text, score in nbest]
 
 
-def _stream(translator: Translator, args: argparse.Namespace) -> None:
-    """Interactive use: translate and print each line as soon as it arrives."""
-    for index, line in enumerate(_stdin_lines()):
-        (nbest,) = translator.translate([line], args.beam, args.lenpen, args.nbest, args.max_tokens, args.pretokenized,
-                                        first_line=index + 1)
-        for out in _format(index, nbest, len(nbest) > 1):
-            print(out, flush=True)
+def _write(results: Iterator[list[tuple[str, float]]], sink: BinaryIO | TextIO, with_scores: bool,
+           buffer_size: int) -> int:
+    """Write translations as they come (UTF-8), flushing after each buffer, so after every line when
+    ``buffer_size`` is 1. Returns the number of input lines."""
+    binary = not isinstance(sink, io.TextIOBase)
+    count = 0
+    for count, nbest in enumerate(results, start=1):
+        text = "".join(out + "\n" for out in _format(count - 1, nbest, with_scores))
+        sink.write(text.encode("utf-8") if binary else text)  # type: ignore[arg-type]
+        if count % buffer_size == 0:
+            sink.flush()
+    sink.flush()
+    return count
 
 
 def run(args: argparse.Namespace) -> int:
-    output = Path(args.output) if args.output else None
+    output = None if is_std(args.output) else Path(args.output)
     if output is not None:
         _check_writable(output)
-    interactive = args.input is None and output is None and sys.stdin.isatty()
-    lines = [] if interactive else list(iter_lines(args.input) if args.input else _stdin_lines())
+    interactive = is_std(args.input) and output is None and sys.stdin.isatty()
+    buffer_size = 1 if interactive else args.buffer_size
+    if buffer_size < 1:
+        raise NmtError(f"--buffer-size {buffer_size} must be at least 1")
+    lines = input_lines(args.input)
+    # the first buffer is read before the model loads: a missing or undecodable input fails at once
+    first = [] if interactive else list(itertools.islice(lines, buffer_size))
     translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
-    if interactive or args.input is not None:  # not when filtering stdin to stdout
+    if (interactive or not is_std(args.input)) and not args.quiet:  # not when filtering stdin to stdout
         print(f"precision {translator.runtime.describe_precision()}", file=sys.stderr)
-    if interactive:
-        _stream(translator, args)
-        return 0
-    results = translator.translate(lines, args.beam, args.lenpen, args.nbest, args.max_tokens, args.pretokenized,
-                                   progress=args.input is not None)
+    lines = itertools.chain(first, lines)
     with_scores = (args.nbest or translator.config.decode.nbest) > 1
-    text = "".join(out + "\n" for i, nbest in enumerate(results) for out in _format(i, nbest, with_scores))
+    results = translator.translate_stream(lines, buffer_size, args.beam, args.lenpen, args.nbest, args.max_tokens,
+                                          args.pretokenized, progress=not is_std(args.input) and not args.quiet,
+                                          batch_size=args.batch_size)
     if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        _write(results, getattr(sys.stdout, "buffer", sys.stdout), with_scores, buffer_size)
         return 0
     try:
-        atomic_write_bytes(output, text.encode("utf-8"))
+        with atomic_open(output) as sink:
+            count = _write(results, sink, with_scores, buffer_size)
     except OSError as exc:
         raise NmtError(f"cannot write output {output}: {exc.strerror or exc}") from None
-    print(f"translated {len(lines)} lines into {output}", file=sys.stderr)
+    print(f"translated {count} lines into {output}", file=sys.stderr)
     return 0

@@ -21,10 +21,10 @@ EXPECTED_LINES = "expected_lines.tsv"  # beside the configs: pair, split, lines,
 
 
 def config_dir() -> Path:
-    """Where the pairs' configs live (the one place to change if they move)."""
-    from nmt.pipeline import CONFIG_DIR
+    """Where the pairs' configs live: the packaged configs folder (:func:`nmt.presets.config_dir`)."""
+    from nmt.presets import config_dir as packaged
 
-    return CONFIG_DIR
+    return Path(str(packaged()))  # a real directory for any ordinary install
 
 
 def pair_config_path(pair: str) -> Path | None:
