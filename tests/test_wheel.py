@@ -22,7 +22,8 @@ import nmt
 from tests.synthetic import write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["system=qknorm", "data.pair=xx-yy", "data.bpe_size=48", "model.enc_layers=2", "model.dec_layers=2", "model.d_model=32",
+TINY = ["system=qknorm", "data.pair=xx-yy", "data.bpe_size=48", "model.enc_layers=2", "model.dec_layers=2",
+        "model.d_model=32",
         "model.d_ff=64", "model.n_heads=4", "model.dropout=0.1", "model.word_dropout=0.0", "model.max_positions=128",
         "train.device=cpu", "train.precision=fp32", "train.max_tokens=400", "train.lr=5e-3", "train.warmup_steps=20",
         "train.max_steps=40", "train.eval_every=40", "train.eval_sentences=20", "train.tensorboard=false",
