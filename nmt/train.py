@@ -220,7 +220,7 @@ class Trainer:
         bleu, dev = broadcast_floats(self.rt, [bleu, dev])
         if not math.isfinite(dev) and self.rt.precision != "fp16":  # weights gone bad: keep the last checkpoint
             raise self.diverged("dev loss", dev, p.step)
-        decayed = self.lr.observe(bleu)
+        decayed = self.lr.observe(bleu, p.step)
         improved = bleu > p.best_bleu
         if improved:
             p.best_bleu, p.best_step, p.evals_since_best = bleu, p.step, 0
