@@ -24,6 +24,7 @@ AttentionName = Literal["scaled_dot", "qknorm", "qk_rmsnorm"]
 InitName = Literal["smallinit", "xavier"]
 ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
+SearchName = Literal["official", "fairseq"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 SystemName = Literal[
     "custom",
@@ -114,6 +115,7 @@ class DecodeConfig:
     max_tokens: int = 8000
     nbest: int = 1
     precision: PrecisionName = "fp32"
+    search: SearchName = "official"  # beam-search rules: the papers' decoder, or fairseq's (see nmt/search)
 
 
 @dataclass(frozen=True)

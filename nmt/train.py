@@ -212,7 +212,7 @@ class Trainer:
             beam = t.eval_beam or self.cfg.decode.beam
             d = self.cfg.decode
             ids = decode_ids(self.model, self.data.dev.data.src, beam, d.lenpen, d.max_len_a, d.max_len_b,
-                             d.max_tokens, self.rt)
+                             d.max_tokens, self.rt, d.search)
             hyps = [self.data.tokenizer.decode(h) for h in ids]
             bleu = tokenized_bleu(hyps, self.data.dev.references)
             record.update(dev_loss=loss, dev_nll=nll, dev_ppl=math.exp(min(nll, 50)), bleu=bleu,

@@ -37,14 +37,14 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
 
 
 def decode_ids(model: Transformer, sources: list[np.ndarray], beam: int, lenpen: float, max_len_a: float,
-               max_len_b: int, max_tokens: int, runtime: Runtime) -> list[list[int]]:
+               max_len_b: int, max_tokens: int, runtime: Runtime, search: str = "official") -> list[list[int]]:
     """Best hypothesis ids for each source, decoded in the same token-budget batches as ``nmt translate``."""
     out: list[list[int]] = [[] for _ in sources]
     for chunk in make_decode_batches([len(s) + 1 for s in sources], max_tokens):
         src = pad_sources([sources[i] for i in chunk]).to(runtime.device)
         with torch.no_grad(), runtime.autocast():
             hyps = beam_search(model, src, beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                               nbest=1, max_len_cap=model.max_positions - 1)
+                               nbest=1, max_len_cap=model.max_positions - 1, search=search)
         for i, nbest in zip(chunk, hyps, strict=True):
             out[i] = list(nbest[0].tokens)
     return out
