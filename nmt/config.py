@@ -66,6 +66,8 @@ class ModelConfig:
     attention: AttentionName = "qknorm"
     qknorm_length: float | None = None  # L for g0 = log2(L^2 - L); None: the prepared data's 97.5th percentile
     max_positions: int = 1024
+    lang_embedding: bool = False  # official models: a learned embedding per side added to every input token
+    logit_mask: bool = False  # official models: only types seen on the training target side (+UNK, EOS) predicted
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ class Trainer:
         self.save_dir = Path(cfg.train.save_dir)
         self.data: TrainingData = load_training_data(cfg)
         rng.seed_all(cfg.train.seed + runtime.rank)
-        self.model = build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length).to(runtime.device)
+        self.model = build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length,
+                                 self.data.target_vocabulary).to(runtime.device)
         self.net: torch.nn.Module = self.model
         if runtime.distributed:
             ids = [runtime.device.index] if runtime.device.type == "cuda" else None
@@ -175,7 +176,8 @@ class Trainer:
             with sync:
                 with self.rt.autocast():
                     logits = self.net(batch.src, batch.tgt_in)
-                loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+                loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing,
+                                               self.model.logit_mask)
                 self.scaler.scale(loss * (self.rt.world_size / tgt_tokens)).backward()
             loss_sum += float(loss.detach())
             nll_sum += float(nll.detach())

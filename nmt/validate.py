@@ -29,7 +29,8 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
     with torch.no_grad(), runtime.autocast():
         for indices in make_batches(src_lens, tgt_lens, max_tokens, seed=0, epoch=0, shuffle=False):
             batch = collate(dev.data, indices).to(runtime.device)
-            loss, nll = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, epsilon)
+            loss, nll = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, epsilon,
+                                           getattr(model, "logit_mask", None))
             total += float(loss)
             nll_total += float(nll)
             tokens += batch.n_tgt_tokens
