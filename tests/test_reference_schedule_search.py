@@ -19,7 +19,7 @@ PAPER_CONFIGS = ("gl-en", "sk-en", "en-vi", "en-he", "ar-en")
 reference = pytest.mark.skipif(reference_dir() is None, reason="official code (../shared/reference) not available")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def controller() -> Official:
     return load("qknorm", ("all_constants", "utils", "configurations", "controller"))
 
