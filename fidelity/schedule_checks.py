@@ -10,7 +10,7 @@ rate applied with the 1-based step, evaluation every ``train.eval_every`` update
 
 Compared for each paper config (``configs/{gl-en,...}.yaml`` against its ``configurations.py`` function):
 
-- ``config``: warmup, stop_lr, decay, patience, evaluation period, scheduler, beam and alpha;
+- ``config``: warmup, stop_lr, decay, patience, evaluation period, scheduler, beam, alpha and the update budget;
 - ``lr``: the rate of every update up to 3 x warmup without any decay (relative error);
 - for scripted dev-BLEU sequences (:data:`SEQUENCES`: zeros and ties during warmup, flat plateaus, slow declines):
   ``decays`` (evaluations whose decay decision differs), ``stop step`` (difference of the update the run stops
@@ -150,10 +150,12 @@ def config_rows(official: Official, pair: str) -> list[Row]:
              ("lenpen", d.lenpen, theirs["beam_alpha"]),
              ("schedule", getattr(constants, SCHEDULERS.get(t.schedule, "NO_WU")), theirs["lr_scheduler"]),
              ("lr_scale", 1.0 if t.lr is None else float("nan"), theirs["lr_scale"])]
-    wrong = [f"{name} {a} vs {b}" for name, a, b in pairs if a != b]
+    # official max_epochs counts "epochs" of epoch_size updates (controller.py train()): our max_steps
     budget = theirs["max_epochs"] * theirs["epoch_size"]
-    note = "; ".join(wrong) or (f"official budget {theirs['max_epochs']} x {theirs['epoch_size']} = {budget} updates; "
-                                f"ours max_steps {t.max_steps or 'none'}, max_epochs {t.max_epochs} (data epochs)")
+    pairs.append(("max_steps", t.max_steps, budget))
+    wrong = [f"{name} {a} vs {b}" for name, a, b in pairs if a != b]
+    note = "; ".join(wrong) or (f"{len(pairs)} fields; budget {theirs['max_epochs']} x {theirs['epoch_size']} = "
+                                f"{budget} updates (ours max_epochs {t.max_epochs} data epochs)")
     return [Row("schedule", pair, "config", float(len(wrong)), 0.0, note)]
 
 
