@@ -20,6 +20,7 @@ Compared for each paper config (``configs/{gl-en,...}.yaml`` against its ``confi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import random
 import tempfile
@@ -190,6 +191,21 @@ def schedule_rows(official: Official, pair: str, quick: bool) -> list[Row]:
     return rows
 
 
+def inverse_sqrt_row(official: Official, pair: str) -> Row:
+    """Our ``inverse_sqrt`` against the official ``ORG_WU`` (not used by the paper configs), 3 x warmup updates."""
+    cfg = paper_config(pair)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, schedule="inverse_sqrt"))
+    warmup, period = cfg.train.warmup_steps, cfg.train.eval_every
+    epochs = -(-3 * warmup // period)
+    with tempfile.TemporaryDirectory(prefix="fidelity_schedule_") as tmp:
+        args = _official_args(official, cfg, PAIRS[pair], tmp, max_epochs=epochs,
+                              lr_scheduler=official.all_constants.ORG_WU)
+        theirs = official_trace(official, args, None)
+    ours = our_trace(cfg, None, epochs * period)
+    error, note = _max_rel(ours.rates[: 3 * warmup], theirs.rates[: 3 * warmup])
+    return Row("schedule", f"{pair}: inverse_sqrt vs ORG_WU", "lr, steps 1..3 x warmup", error, 1e-12, note)
+
+
 def run(quick: bool = False) -> list[Row]:
     """Rows for every paper config (``quick``: gl-en and en-vi, one BLEU sequence)."""
     official = load("qknorm", ("all_constants", "utils", "configurations", "controller"))
@@ -197,4 +213,5 @@ def run(quick: bool = False) -> list[Row]:
     for pair in (("gl-en", "en-vi") if quick else tuple(PAIRS)):
         rows += config_rows(official, pair)
         rows += schedule_rows(official, pair, quick)
+    rows.append(inverse_sqrt_row(official, "gl-en"))
     return rows
