@@ -12,7 +12,9 @@ is that of a sentence decoded alone. Compared:
 - ``n-best``: sentences whose 4 returned hypotheses differ (tokens, in order);
 - ``scores``: the largest relative difference of the 1-best scores;
 - ``fairseq rules``: sentences whose 1-best differs under ``decode.search=fairseq`` (informational: the
-  tolerance is the number of sentences), with the BLEU of both against the references in the note.
+  tolerance is the number of sentences), with the BLEU of both against the references in the note;
+- ``official, mixed-length batches``: sentences whose official 1-best changes when the official decoder gets its
+  own length-sorted 4096-token batches (informational: the batch-dependent limit ours does not reproduce).
 """
 
 from __future__ import annotations
@@ -120,16 +122,29 @@ def train_official(model: torch.nn.Module, pairs: list[tuple[list[int], list[int
     return loss
 
 
+def official_batches(sources: list[list[int]], equal_length: bool, budget: int = 4096) -> list[list[int]]:
+    """Sentence indices per batch: equal source lengths, or the official ``get_translate_batches`` (sorted by
+    length, cut when ``n * 2 * longest`` would exceed ``budget``)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        n = len(sources[i]) + 1
+        last = batches[-1] if batches else []
+        fits = bool(last) and (n == len(sources[last[0]]) + 1 if equal_length else (len(last) + 1) * 2 * n <= budget)
+        if fits:
+            last.append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 @torch.no_grad()
-def official_decode(model: torch.nn.Module, sources: list[list[int]], mask: Tensor) -> list[list[tuple[list[int],
-                                                                                                     float]]]:
-    """The official ``beam_decode`` on batches of equal source length; per sentence its beam entries sorted as
-    ``controller.get_trans`` does (tokens up to EOS, our ids), each with its score."""
+def official_decode(model: torch.nn.Module, sources: list[list[int]], mask: Tensor, equal_length: bool = True
+                    ) -> list[list[tuple[list[int], float]]]:
+    """The official ``beam_decode`` (on batches of equal source length unless told otherwise); per sentence its
+    beam entries sorted as ``controller.get_trans`` does (tokens up to EOS, our ids), each with its score."""
     out: list[list[tuple[list[int], float]]] = [[] for _ in sources]
-    by_length: dict[int, list[int]] = {}
-    for i, source in enumerate(sources):
-        by_length.setdefault(len(source), []).append(i)
-    for indices in by_length.values():
+    for indices in official_batches(sources, equal_length):
         src = _pad([sources[i] + [OFFICIAL_EOS] for i in indices])
         results = model.beam_decode(src, SRC_LANG_IDX, TGT_LANG_IDX, mask)  # type: ignore[operator]
         for i, result in zip(indices, results, strict=True):
@@ -165,7 +180,7 @@ def build_pair(setting: Setting, official: Official) -> tuple[torch.nn.Module, T
     model = build_official(official, args, seed=setting.seed)
     loss = train_official(model, train, mask, setting)
     with torch.no_grad():
-        model.out_bias[OFFICIAL_EOS] += setting.eos_bias
+        model.get_parameter("out_bias")[OFFICIAL_EOS] += setting.eos_bias
     ours = build_model(config.model, vocab, 79.0)
     convert_model(model, ours, logit_mask=mask)
     return model, ours.eval(), config, mask, loss
@@ -191,6 +206,9 @@ def compare(setting: Setting, official: Official, label: str) -> list[Row]:
             for name, hyps in (("ours", mine), ("fairseq", fairseq))}
     official_bleu = tokenized_bleu([_text(t[0][0]) for t in theirs], references)
     fairseq_differ = sum(fairseq[i][0].tokens != theirs[i][0][0] for i in range(n))
+    mixed = official_decode(model, sources, mask, equal_length=False)
+    mixed_differ = sum(mixed[i][0][0] != theirs[i][0][0] for i in range(n))
+    mixed_bleu = tokenized_bleu([_text(t[0][0]) for t in mixed], references)
     case = f"{label}: {n} sentences, beam {config.decode.beam}, alpha {config.decode.lenpen}"
     note = (f"{setting.steps} updates (loss {loss:.2f}), {cut} 1-best cut at the length limit; BLEU official "
             f"{official_bleu:.2f}, ours {bleu['ours']:.2f}")
@@ -201,6 +219,8 @@ def compare(setting: Setting, official: Official, label: str) -> list[Row]:
         Row("beam search", case, "1-best scores", score_err, 1e-5, "relative"),
         Row("beam search", case, "fairseq rules: 1-best", float(fairseq_differ), float(n),
             f"informational; BLEU fairseq rules {bleu['fairseq']:.2f} vs official {official_bleu:.2f}"),
+        Row("beam search", case, "official, mixed-length batches: 1-best", float(mixed_differ), float(n),
+            f"informational: the official limit depends on the batch; BLEU {mixed_bleu:.2f} vs {official_bleu:.2f}"),
     ]
 
 
