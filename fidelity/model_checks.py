@@ -52,10 +52,15 @@ OFFICIAL_PAD, OFFICIAL_BOS, OFFICIAL_EOS, OFFICIAL_UNK = 0, 1, 2, 3
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """Sizes of one comparison (the paper shapes keep their layers and heads; widths are small for speed)."""
+    """Sizes of one comparison (the paper shapes keep their layers and heads; widths are small for speed).
 
-    d_model: int = 64
-    d_ff: int = 128
+    Keep ``d_model / n_heads >= 8``: with 4-dimensional heads QKNorm's float32 gradients are so ill-conditioned that
+    the official code's own float32 gradients differ from its float64 ones by 2.6e-5 (normwise), above the 1e-5
+    tolerance, whoever computes them.
+    """
+
+    d_model: int = 128
+    d_ff: int = 256
     vocab: int = 96
     src_lengths: tuple[int, ...] = (11, 7, 9, 4)
     tgt_lengths: tuple[int, ...] = (8, 10, 5, 6)
@@ -282,6 +287,6 @@ def compare(system: str, shape: str, setting: Setting = Setting(), dtype: torch.
 
 def run(quick: bool = False) -> list[Row]:
     """All systems at both shapes (``quick``: narrower models, for the test suite)."""
-    setting = Setting(d_model=32, d_ff=64, vocab=48) if quick else Setting()
+    setting = Setting(d_model=64, d_ff=64, vocab=48) if quick else Setting()
     return [row for system in SYSTEMS for shape in SHAPES for dtype in (torch.float32, torch.float64)
             for row in compare(system, shape, setting, dtype)]
