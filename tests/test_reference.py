@@ -26,11 +26,12 @@ def test_official_and_ours_agree(system: str) -> None:
     setting = model_checks.Setting(d_model=64, d_ff=64, vocab=48)
     rows: list[Row] = []
     for shape in model_checks.SHAPES:
+        rows.append(model_checks.init_row(system, shape, setting))
         for dtype in (torch.float32, torch.float64):
             rows += model_checks.compare(system, shape, setting, dtype)
     quantities = {r.quantity for r in rows}
-    assert {"encoder output", "logits", "loss", "grad", "adam step", "adam update (own grads)", "sdpa logits",
-            "cached log-probs"} <= quantities
+    assert {"init (std z-score)", "encoder output", "logits", "loss", "grad", "adam step", "adam update (own grads)",
+            "sdpa logits", "cached log-probs"} <= quantities
     failed = [r for r in rows if not r.passed]
     assert not failed, "\n" + format_table(failed)
 
@@ -58,6 +59,20 @@ def test_a_wrong_conversion_is_caught() -> None:
         monkeypatch.undo()
     by_quantity = {r.quantity: r for r in rows}
     assert not by_quantity["encoder output"].passed and not by_quantity["grad"].passed
+
+
+def test_a_wrong_initialization_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fidelity import model_checks
+    from nmt.model import INITS, build_model
+
+    def xavier(*args: object, **kwargs: object) -> torch.nn.Module:
+        model = build_model(*args, **kwargs)  # type: ignore[arg-type]
+        INITS["xavier"](model)
+        return model
+
+    monkeypatch.setattr(model_checks, "build_model", xavier)
+    setting = model_checks.Setting(d_model=64, d_ff=64, vocab=48)
+    assert not model_checks.init_row("prenorm_layernorm", "gl-en", setting).passed
 
 
 def test_run_all_reports_missing_modules_and_formats_rows() -> None:
