@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -139,8 +140,10 @@ class _Run:
     after: dict[str, Tensor]
 
 
-def _run_official(model: torch.nn.Module, batch: tuple[Tensor, Tensor, Tensor], mask: Tensor, clip: float,
-                  to_ours: Callable[[dict[str, Tensor]], dict[str, Tensor]]) -> _Run:
+def _run_official(model: Any, batch: tuple[Tensor, Tensor, Tensor], mask: Tensor, clip: float,
+                  to_ours: Callable[[Mapping[str, Tensor]], dict[str, Tensor]]) -> _Run:
+    """Forward (capturing the encoder output and the masked logits), backward, clip, one Adam step, as
+    ``controller.run_log`` does; ``model`` is the official (untyped) ``Transformer``."""
     captured: dict[str, Tensor] = {}
     hook = model.encoder.register_forward_hook(lambda m, i, out: captured.__setitem__("encoder", out.detach()))
     logit_fn = model.logit_fn
@@ -150,7 +153,7 @@ def _run_official(model: torch.nn.Module, batch: tuple[Tensor, Tensor, Tensor], 
         captured["logits"] = out.detach().clone()
         return out
 
-    model.logit_fn = capture_logits  # type: ignore[method-assign]
+    model.logit_fn = capture_logits
     model.train()
     src, tgt, targets = (t.clone() for t in batch)
     ret = model(src, tgt, targets, SRC_LANG_IDX, TGT_LANG_IDX, mask)
