@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check nmt tests scripts
+	$(BIN)/ruff check nmt tests scripts fidelity
 	$(BIN)/mypy nmt
 
 train: $(STAMP)

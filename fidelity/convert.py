@@ -147,10 +147,11 @@ def parameter_map(
 
 
 def official_to_ours(tensors: Mapping[str, Tensor], entries: list[Entry]) -> dict[str, Tensor]:
-    """Official name -> tensor (parameters, gradients or optimizer moments) as our name -> tensor (fp32 copies)."""
+    """Official name -> tensor (parameters, gradients or optimizer moments) as our name -> tensor (copies, same
+    dtype)."""
     out: dict[str, Tensor] = {}
     for e in entries:
-        t = tensors[e.official].detach().float()
+        t = tensors[e.official].detach()
         if e.rows is not None:
             t = t[e.rows]
         if e.kind == "tokens":
@@ -164,10 +165,11 @@ def official_to_ours(tensors: Mapping[str, Tensor], entries: list[Entry]) -> dic
 def ours_to_official(tensors: Mapping[str, Tensor], entries: list[Entry], official_shapes: Mapping[str, torch.Size],
                      ) -> dict[str, Tensor]:
     """Our name -> tensor into the official layout; official tensors not covered (other language rows) stay 0."""
-    out = {name: torch.zeros(shape) for name, shape in official_shapes.items()
+    dtype = next(iter(tensors.values())).dtype
+    out = {name: torch.zeros(shape, dtype=dtype) for name, shape in official_shapes.items()
            if any(e.official == name for e in entries)}
     for e in entries:
-        t = tensors[e.ours].detach().float()
+        t = tensors[e.ours].detach()
         target = out[e.official]
         if e.kind == "tokens":
             target[token_permutation(t.size(0))] = t

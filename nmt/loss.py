@@ -24,7 +24,8 @@ def label_smoothed_nll(
         epsilon: smoothing mass in [0, 1).
         keep: (V,) bool target-vocabulary mask, or None for the whole vocabulary.
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)  # (B, T, V) -> (B*T, V)
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # at least float32 (float64 stays)
+    lprobs = F.log_softmax(wide, dim=-1).flatten(0, 1)  # (B, T, V) -> (B*T, V)
     flat = target.reshape(-1)
     real = flat != PAD
     if keep is None:

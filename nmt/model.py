@@ -214,7 +214,8 @@ class Transformer(nn.Module):
         """Decode one position: ``prev`` (N,) is the previous token (BOS at step 0).
 
         Returns:
-            float32 log-probabilities (N, V) of the next token, and the advanced state.
+            log-probabilities (N, V) of the next token in float32 (float64 for a float64 model), and the advanced
+            state.
         """
         t = state.length
         self_kv = state.self_kv
@@ -229,7 +230,7 @@ class Transformer(nn.Module):
                            state.group)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
         state = DecoderState(state.memory_kv, state.src_mask, self_kv, t + 1, state.group, state.spare)
-        return F.log_softmax(logits.float(), dim=-1), state
+        return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1), state
 
     def attention_modules(self) -> dict[str, MultiHeadAttention]:
         """Every attention module by name: ``encoder.{i}.self_attn``, ``decoder.{i}.self_attn|cross_attn``."""
