@@ -9,6 +9,7 @@ lines `INDEX<TAB>SCORE<TAB>TEXT` (INDEX = 0-based input line, SCORE = length-pen
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -26,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="where to write translations (default: stdout)")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam)")
     parser.add_argument("--lenpen", type=float, help="GNMT length penalty alpha (default: decode.lenpen)")
+    parser.add_argument("--search", choices=["official", "fairseq"],
+                        help="beam-search rules (default: decode.search); official: the papers' decoder")
     parser.add_argument("--nbest", type=int, help="translations per input; K > 1 prints INDEX\\tSCORE\\tTEXT lines")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
@@ -84,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
     interactive = args.input is None and output is None and sys.stdin.isatty()
     lines = [] if interactive else list(iter_lines(args.input) if args.input else _stdin_lines())
     translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
+    if args.search:
+        config = translator.config
+        translator.config = dataclasses.replace(config, decode=dataclasses.replace(config.decode, search=args.search))
     if interactive:
         _stream(translator, args)
         return 0
