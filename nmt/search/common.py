@@ -42,7 +42,8 @@ class Hypothesis:
         tokens: generated token ids without BOS and EOS.
         score: ``logprob`` divided by the length penalty (the ranking key).
         logprob: sum of the token log-probabilities, EOS included.
-        positional_scores: log-probability of each token, EOS last (``len(tokens) + 1`` entries).
+        positional_scores: log-probability of each token, EOS last (``len(tokens) + 1`` entries; ``len(tokens)``
+            for a hypothesis the ``official`` rules cut at the length limit, which has no EOS).
     """
 
     tokens: list[int]
