@@ -174,3 +174,22 @@ def test_paper_configs_use_the_official_dropout_sites_and_options(pair: str) -> 
     attention = [mod for mod in model.modules() if isinstance(mod, MultiHeadAttention)]
     assert attention and all(a.dropout == m.dropout for a in attention)
     assert all(f.act_dropout == m.dropout for f in model.modules() if isinstance(f, FeedForward))
+
+
+def test_training_stores_the_data_target_vocabulary_and_decoding_respects_it(tmp_path: Path) -> None:
+    from nmt.checkpoint import load_checkpoint, restore_model
+    from nmt.train import train
+    from nmt.train_data import load_training_data
+    from tests.synthetic import prepare_synthetic, tiny_config
+
+    tree = tiny_config(prepare_synthetic(tmp_path / "synthetic"), tmp_path / "run", max_steps=30, eval_every=30)
+    tree["model"].update(logit_mask=True, lang_embedding=True, attn_dropout=0.1, act_dropout=0.1)
+    cfg = config.config_from_dict(tree)
+    train(cfg)
+    keep = load_training_data(cfg).target_vocabulary
+    assert 0 < int(keep.sum()) < keep.numel() - 10  # the source-only pieces of the synthetic pair are masked
+    model, _, tokenizer = restore_model(load_checkpoint(tmp_path / "run" / "checkpoint_last.pt"))
+    assert model.logit_mask is not None and torch.equal(model.logit_mask, keep)
+    src = torch.tensor([tokenizer.encode("ka lo mi") + [EOS]])
+    for hyp in beam_search(model, src, beam=4, nbest=4, max_len_b=8)[0]:
+        assert all(keep[t] for t in hyp.tokens)

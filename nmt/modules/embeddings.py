@@ -39,8 +39,8 @@ class TiedEmbedding(nn.Module):
     are used, initialized U(-0.01, 0.01); without it they are initialized N(0, d^-0.5). Input embeddings are
     scaled by sqrt(d_model) in both cases, and the output logits are ``h . w^T + bias`` with ``w`` the (normalized)
     rows and a zero-initialized bias. The PAD row is initialized like every other row (as in the official code): a
-    zero row would make FixNorm's normalization divide by ~1e-12, a ~1e9 gradient that clipping turns into ~1e-9
-    updates for every other parameter. It receives no gradient from lookups.
+    zero row would make FixNorm's normalization divide by ~1e-12, a first-step gradient norm of ~1e10 that clipping
+    turns into ~1e-10 updates for every other parameter. It receives no gradient from lookups.
 
     Two options of the official models (github.com/CyndxAI/QKNorm ``model.py``):
 
