@@ -46,22 +46,30 @@ def _ended(pool: _Pool) -> Tensor:
 def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The ``beam`` best entries of the next step among all extensions of live entries and the finished entries.
 
+    The official decoder divides all (A, W, V) extensions by the length penalty and takes the top ``beam``. The
+    penalty is the same for every live extension of a step, so the ``beam`` best live extensions by log-prob are
+    the ``beam`` best by score: only those are divided (bitwise the official scores) and ranked together with the
+    finished entries (EOS again at their frozen score), sparing two passes over the (A, W, V) tensor.
+
     Returns:
         new scores (A, K), new summed log-probs (A, K), parent row of each (A * K,), its token (A * K,).
     """
     n_active, width = pool.scores.shape
     vocab = log_probs.size(1)
-    step = pool.tokens.size(1)
     totals = pool.logprob.unsqueeze(-1) + log_probs.view(n_active, width, vocab)  # (A, W, V)
-    scores = totals / length_penalty(step + 1, lenpen)
-    if step > 0:  # a finished entry offers only itself: EOS again, with its score and log-prob unchanged
-        ended = _ended(pool).unsqueeze(-1)  # (A, W, 1)
-        eos_only = torch.full((vocab,), -torch.inf, device=log_probs.device)
-        eos_only[EOS] = 0.0
-        totals = torch.where(ended, pool.logprob.unsqueeze(-1) + eos_only, totals)
-        scores = torch.where(ended, pool.scores.unsqueeze(-1) + eos_only, scores)
-    new_scores, index = scores.view(n_active, width * vocab).topk(min(beam, width * vocab), dim=1)  # (A, K)
-    new_logprob = totals.view(n_active, width * vocab).gather(1, index)
+    k = min(beam, width * vocab)
+    ended = _ended(pool) if pool.tokens.size(1) > 0 else torch.zeros_like(pool.scores, dtype=torch.bool)  # (A, W)
+    finished = bool(ended.any())
+    if finished:
+        totals.view(n_active * width, vocab)[ended.view(-1)] = -torch.inf  # finished entries have no extension
+    new_logprob, index = totals.view(n_active, width * vocab).topk(k, dim=1)  # (A, W*V) -> (A, K)
+    new_scores = new_logprob / length_penalty(pool.tokens.size(1) + 1, lenpen)
+    if finished:
+        kept = torch.where(ended, pool.scores, -torch.inf)  # (A, W): a finished entry's only candidate
+        eos_index = (torch.arange(width, device=index.device) * vocab + EOS).expand(n_active, width)
+        new_scores, pick = torch.cat([new_scores, kept], dim=1).topk(k, dim=1)  # (A, K + W) -> (A, K)
+        new_logprob = torch.cat([new_logprob, pool.logprob], dim=1).gather(1, pick)
+        index = torch.cat([index, eos_index], dim=1).gather(1, pick)
     base = torch.arange(n_active, device=index.device)[:, None] * width
     parents = (base + index // vocab).view(-1)  # (A, K) -> (A * K,)
     return new_scores, new_logprob, parents, (index % vocab).view(-1)
