@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check nmt tests scripts
+	$(BIN)/ruff check nmt tests scripts fidelity
 	$(BIN)/mypy nmt
 
 # the tests again with every runtime dependency at its pyproject.toml floor (a second venv, .venv-floors)

@@ -29,6 +29,7 @@ AttentionName = Literal["scaled_dot", "qknorm", "qk_rmsnorm"]
 InitName = Literal["smallinit", "xavier"]
 ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
+SearchName = Literal["official", "fairseq"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 SystemName = Literal[
     "custom",
@@ -71,6 +72,8 @@ class ModelConfig:
     attention: AttentionName = "qknorm"
     qknorm_length: float | None = None  # L for g0 = log2(L^2 - L); None: the prepared data's 97.5th percentile
     max_positions: int = 1024
+    lang_embedding: bool = False  # official models: a learned embedding per side added to every input token
+    logit_mask: bool = False  # official models: only types seen on the training target side (+UNK, EOS) predicted
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class DecodeConfig:
     max_tokens: int = 8000
     nbest: int = 1
     precision: PrecisionName = "fp32"
+    search: SearchName = "official"  # beam-search rules: the papers' decoder, or fairseq's (see nmt/search)
 
 
 @dataclass(frozen=True)

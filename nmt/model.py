@@ -177,6 +177,11 @@ class Transformer(nn.Module):
         self.decoder = decoder
 
     @property
+    def logit_mask(self) -> Tensor | None:
+        """The target-vocabulary mask (V,) bool (True = may be predicted), or None when the model has none."""
+        return self.embed.logit_mask
+
+    @property
     def max_positions(self) -> int:
         """Longest source or target sequence (in tokens, BOS included) the position table covers."""
         return int(self.embed.positions.size(0))
@@ -184,13 +189,13 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, table: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """Encode ``src`` (B, S); returns the memory (B, S, D) and the source key mask (B, 1, 1, S) or None."""
         mask = padding_mask(src)
-        return self.encoder(self.embed(src, table), mask), mask
+        return self.encoder(self.embed(src, table, side=0), mask), mask
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Logits (B, T, V) for target inputs ``tgt_in`` (B, T, starting with BOS) given ``src`` (B, S)."""
         table = self.embed.table()
         memory, src_mask = self.encode(src, table)
-        h = self.decoder(self.embed(tgt_in, table), memory, src_mask)
+        h = self.decoder(self.embed(tgt_in, table, side=1), memory, src_mask)
         return self.embed.logits(h, table)
 
     @torch.no_grad()
@@ -209,7 +214,8 @@ class Transformer(nn.Module):
         """Decode one position: ``prev`` (N,) is the previous token (BOS at step 0).
 
         Returns:
-            float32 log-probabilities (N, V) of the next token, and the advanced state.
+            log-probabilities (N, V) of the next token in float32 (float64 for a float64 model), and the advanced
+            state.
         """
         t = state.length
         self_kv = state.self_kv
@@ -218,13 +224,13 @@ class Transformer(nn.Module):
             grown[..., :t, :] = self_kv
             self_kv = grown
         table = self.embed.table()
-        x = self.embed(prev[:, None], table, offset=t)  # (N,) -> (N, 1, D)
+        x = self.embed(prev[:, None], table, offset=t, side=1)  # (N,) -> (N, 1, D)
         for i, layer in enumerate(self.decoder.blocks):
             x = layer.step(x, self_kv[i], t, state.memory_kv[i, 0], state.memory_kv[i, 1], state.src_mask,
                            state.group)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
         state = DecoderState(state.memory_kv, state.src_mask, self_kv, t + 1, state.group, state.spare)
-        return F.log_softmax(logits.float(), dim=-1), state
+        return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1), state
 
     def attention_modules(self) -> dict[str, MultiHeadAttention]:
         """Every attention module by name: ``encoder.{i}.self_attn``, ``decoder.{i}.self_attn|cross_attn``."""
@@ -252,8 +258,8 @@ class Transformer(nn.Module):
         enc_records: list[list[Tensor]] = [[] for _ in self.encoder.layers]
         dec_records: list[tuple[list[Tensor], list[Tensor]]] = [([], []) for _ in self.decoder.layers]
         src_mask = padding_mask(src)
-        memory = self.encoder(self.embed(src, table), src_mask, enc_records)
-        self.decoder(self.embed(tgt_in, table), memory, src_mask, dec_records)
+        memory = self.encoder(self.embed(src, table, side=0), src_mask, enc_records)
+        self.decoder(self.embed(tgt_in, table, side=1), memory, src_mask, dec_records)
         return {
             "encoder": [r[0] for r in enc_records],
             "decoder": [r[0][0] for r in dec_records],
@@ -297,7 +303,9 @@ def _xavier_init(model: Transformer) -> None:
 INITS: dict[str, Callable[[Transformer], None]] = {"smallinit": _small_init, "xavier": _xavier_init}
 
 
-def build_model(cfg: ModelConfig, vocab_size: int, qknorm_length: float | None) -> Transformer:
+def build_model(
+    cfg: ModelConfig, vocab_size: int, qknorm_length: float | None, logit_mask: Tensor | None = None
+) -> Transformer:
     """Build the Transformer described by ``cfg``.
 
     Args:
@@ -305,6 +313,9 @@ def build_model(cfg: ModelConfig, vocab_size: int, qknorm_length: float | None) 
         vocab_size: size of the joint vocabulary.
         qknorm_length: L for QKNorm's initial gain log2(L^2 - L), resolved by the caller (``model.qknorm_length``
             if set, else the prepared data's ``length_p975``); falls back to ``cfg.qknorm_length`` when None.
+        logit_mask: with ``cfg.logit_mask``, the target types that may be predicted (V,) bool, usually
+            :func:`nmt.train_data.target_vocabulary`; None leaves every type allowed until a checkpoint's buffer
+            is loaded. Ignored without ``cfg.logit_mask``.
 
     Raises:
         NmtError: QKNorm is selected but no length is known.
@@ -337,7 +348,10 @@ def build_model(cfg: ModelConfig, vocab_size: int, qknorm_length: float | None) 
          for _ in range(cfg.dec_layers)],
         final_norm(),
     )
-    embed = TiedEmbedding(vocab_size, d, cfg.fixnorm, cfg.max_positions, cfg.dropout, cfg.word_dropout)
+    embed = TiedEmbedding(vocab_size, d, cfg.fixnorm, cfg.max_positions, cfg.dropout, cfg.word_dropout,
+                          cfg.lang_embedding, cfg.logit_mask)
+    if cfg.logit_mask and logit_mask is not None:
+        embed.set_logit_mask(logit_mask)
     model = Transformer(embed, encoder, decoder)
     INITS[cfg.init](model)
     return model

@@ -3,6 +3,10 @@
 Schedules are pure functions of the step (and, for ``warmup_plateau``, of a multiplier that only dev-BLEU
 evaluations change). :class:`LRController` holds that multiplier and the evaluation history, and round-trips through
 ``state_dict`` so a resumed run follows the same schedule.
+
+``warmup_plateau`` and its decay/stop rules follow the papers' official controller (``controller.py``,
+``Controller.adjust_lr``, ``eval_and_decay`` and the stop test in ``train``, scheduler ``UPFLAT_WU``); the equality is
+checked step by step in ``fidelity/schedule_checks.py`` and listed in ``docs/fidelity.md``.
 """
 
 from __future__ import annotations
@@ -23,10 +27,6 @@ def peak_lr(cfg: TrainConfig, d_model: int) -> float:
     return d_model ** -0.5 * max(cfg.warmup_steps, 1) ** -0.5
 
 
-def _warmup(step: int, warmup: int) -> float:
-    return min(1.0, step / warmup) if warmup > 0 else 1.0
-
-
 def inverse_sqrt(step: int, peak: float, warmup: int) -> float:
     """Linear warmup to ``peak`` over ``warmup`` steps, then ``peak * sqrt(warmup / step)``."""
     if warmup > 0 and step < warmup:
@@ -35,8 +35,15 @@ def inverse_sqrt(step: int, peak: float, warmup: int) -> float:
 
 
 def warmup_plateau(step: int, peak: float, warmup: int, multiplier: float = 1.0) -> float:
-    """Linear warmup to ``peak``, then flat; ``multiplier`` is the product of plateau decays so far."""
-    return peak * _warmup(step, warmup) * multiplier
+    """Linear warmup, then flat at the rate of the last warmup step; ``multiplier`` is the product of decays so far.
+
+    As in the official controller, the rate of update ``step`` (1-based) is ``peak * step / warmup`` while
+    ``step < warmup`` and is then left unchanged, so the plateau is ``peak * (warmup - 1) / warmup`` (0.0125% below
+    ``peak`` for warmup 8000). Without warmup (``warmup <= 1``) the rate is ``peak`` from the first step.
+    """
+    if warmup <= 1:
+        return peak * multiplier
+    return peak * min(step, warmup - 1) / warmup * multiplier
 
 
 def constant(step: int, peak: float, warmup: int, multiplier: float = 1.0) -> float:
@@ -69,22 +76,32 @@ class LRController:
             group["lr"] = rate
         return rate
 
-    def observe(self, bleu: float) -> bool:
-        """Record a dev BLEU; for ``warmup_plateau`` decay when it did not beat the best of the last ``patience``
-        evaluations. Returns True when the decay fired."""
-        previous = self.history[-self.cfg.patience:] if self.cfg.patience > 0 else []
+    def observe(self, bleu: float, step: int) -> bool:
+        """Record the dev BLEU measured after ``step`` updates; returns True when the plateau decay fired.
+
+        The official rule (``eval_and_decay``): with ``warmup_plateau``, once warmup is over (``step >= warmup``),
+        multiply the rate by ``decay`` when the new BLEU is strictly lower than every one of the previous
+        ``patience`` evaluations (``bleu[-1] < min(bleu[-4:-1])``). Ties never decay; evaluations made during
+        warmup count as history but never decay.
+        """
+        patience = self.cfg.patience
+        previous = self.history[-patience:] if patience > 0 else []
         self.history.append(bleu)
-        if self.cfg.schedule != "warmup_plateau" or len(previous) < self.cfg.patience or not previous:
+        if self.cfg.schedule != "warmup_plateau" or step < self.cfg.warmup_steps:
             return False
-        if bleu <= max(previous):
-            self.multiplier *= self.cfg.decay
-            return True
-        return False
+        if not previous or len(previous) < patience or bleu >= min(previous):
+            return False
+        self.multiplier *= self.cfg.decay
+        return True
 
     def exhausted(self, step: int) -> bool:
-        """True once the plateau schedule has decayed the rate (after warmup) below ``train.stop_lr``."""
+        """True once the plateau schedule's rate is below ``train.stop_lr`` after ``step > warmup`` updates.
+
+        The official controller tests ``step > warmup_steps and lr < stop_lr`` after each evaluation; the rate only
+        changes at an evaluation once warmup is over, so testing it before every update stops at the same step.
+        """
         plateau = self.cfg.schedule == "warmup_plateau"
-        return plateau and step >= self.cfg.warmup_steps and self.lr(step) < self.cfg.stop_lr
+        return plateau and step > self.cfg.warmup_steps and self.lr(step) < self.cfg.stop_lr
 
     def state_dict(self) -> dict[str, Any]:
         return {"multiplier": self.multiplier, "history": list(self.history)}

@@ -60,7 +60,8 @@ class Trainer:
         self.save_dir = Path(cfg.train.save_dir)
         self.data: TrainingData = load_training_data(cfg)
         rng.seed_all(cfg.train.seed + runtime.rank)
-        self.model = build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length).to(runtime.device)
+        self.model = build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length,
+                                 self.data.target_vocabulary).to(runtime.device)
         self.net: torch.nn.Module = self.model
         if runtime.distributed:
             ids = [runtime.device.index] if runtime.device.type == "cuda" else None
@@ -176,7 +177,8 @@ class Trainer:
             with sync:
                 with self.rt.autocast():
                     logits = self.net(batch.src, batch.tgt_in)
-                loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+                loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing,
+                                               self.model.logit_mask)
                 self.scaler.scale(loss * (self.rt.world_size / tgt_tokens)).backward()
             loss_sum += float(loss.detach())
             nll_sum += float(nll.detach())
@@ -213,7 +215,7 @@ class Trainer:
             beam = t.eval_beam or self.cfg.decode.beam
             d = self.cfg.decode
             ids = decode_ids(self.model, self.data.dev.data.src, beam, d.lenpen, d.max_len_a, d.max_len_b,
-                             d.max_tokens, self.rt)
+                             d.max_tokens, self.rt, d.search)
             hyps = [self.data.tokenizer.decode(h) for h in ids]
             bleu = tokenized_bleu(hyps, self.data.dev.references)
             record.update(dev_loss=loss, dev_nll=nll, dev_ppl=math.exp(min(nll, 50)), bleu=bleu,
@@ -221,7 +223,7 @@ class Trainer:
         bleu, dev = broadcast_floats(self.rt, [bleu, dev])
         if not math.isfinite(dev) and self.rt.precision != "fp16":  # weights gone bad: keep the last checkpoint
             raise self.diverged("dev loss", dev, p.step)
-        decayed = self.lr.observe(bleu)
+        decayed = self.lr.observe(bleu, p.step)
         improved = bleu > p.best_bleu
         if improved:
             p.best_bleu, p.best_step, p.evals_since_best = bleu, p.step, 0

@@ -6,6 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from nmt.config import Config
 from nmt.data.batching import ParallelData
 from nmt.data.binarized import load_split
@@ -13,6 +16,7 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.settings import check_prepared
 from nmt.errors import NmtError
 from nmt.validate import DevSet
+from nmt.vocab import EOS, UNK
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,17 @@ class TrainingData:
     qknorm_length_source: str
     spm_bytes: bytes
     tokenizer: SentencePieceTokenizer
+    target_vocabulary: torch.Tensor  # (V,) bool: types seen on the training target side, plus UNK and EOS
+
+
+def target_vocabulary(targets: list[np.ndarray], vocab_size: int) -> torch.Tensor:
+    """The official per-language logit mask (QKNorm/TwT ``preprocessing.py``): every type of the training target
+    side, plus UNK and EOS; never PAD or BOS. (V,) bool, True = may be predicted."""
+    keep = np.zeros(vocab_size, dtype=bool)
+    if targets:
+        keep[np.unique(np.concatenate(targets))] = True
+    keep[[UNK, EOS]] = True
+    return torch.from_numpy(keep)
 
 
 def read_meta(pair_dir: Path) -> dict:
@@ -44,6 +59,7 @@ def load_training_data(cfg: Config) -> TrainingData:
     check_prepared(meta, cfg.data, pair_dir)
     src, tgt = meta["src"], meta["tgt"]
     train = ParallelData(load_split(pair_dir, "train", src), load_split(pair_dir, "train", tgt))
+    keep = target_vocabulary(train.tgt, int(meta["vocab_size"]))  # before length filtering, as the official code
     train, dropped = train.filter_max_len(cfg.data.max_len)
     if len(train) == 0:
         raise NmtError(f"no training pairs in {pair_dir} within data.max_len={cfg.data.max_len}")
@@ -59,4 +75,4 @@ def load_training_data(cfg: Config) -> TrainingData:
     spm_path = pair_dir / "spm.model"
     spm_bytes = spm_path.read_bytes()
     return TrainingData(train, DevSet(dev, references[:n]), dropped, int(meta["vocab_size"]), length, source,
-                        spm_bytes, SentencePieceTokenizer(spm_path))
+                        spm_bytes, SentencePieceTokenizer(spm_path), keep)

@@ -148,10 +148,11 @@ class Translator:
                 src = pad_sources([list(sources[i]) for i in indices]).to(self.device)
                 with self.runtime.autocast():
                     if beam == 1:
-                        hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap)
+                        hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap,
+                                             settings.search)
                     else:
                         hyps = beam_search(self.model, src, beam, lenpen, settings.max_len_a, settings.max_len_b,
-                                           nbest, cap)
+                                           nbest, cap, settings.search)
                 for i, nbest_list in zip(indices, hyps):
                     results[i] = nbest_list
                 bar.update(len(indices))

@@ -29,7 +29,8 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
     with torch.no_grad(), runtime.autocast():
         for indices in make_batches(src_lens, tgt_lens, max_tokens, seed=0, epoch=0, shuffle=False):
             batch = collate(dev.data, indices).to(runtime.device)
-            loss, nll = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, epsilon)
+            loss, nll = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, epsilon,
+                                           getattr(model, "logit_mask", None))
             total += float(loss)
             nll_total += float(nll)
             tokens += batch.n_tgt_tokens
@@ -37,14 +38,14 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
 
 
 def decode_ids(model: Transformer, sources: list[np.ndarray], beam: int, lenpen: float, max_len_a: float,
-               max_len_b: int, max_tokens: int, runtime: Runtime) -> list[list[int]]:
+               max_len_b: int, max_tokens: int, runtime: Runtime, search: str = "official") -> list[list[int]]:
     """Best hypothesis ids for each source, decoded in the same token-budget batches as ``nmt translate``."""
     out: list[list[int]] = [[] for _ in sources]
     for chunk in make_decode_batches([len(s) + 1 for s in sources], max_tokens):
         src = pad_sources([sources[i] for i in chunk]).to(runtime.device)
         with torch.no_grad(), runtime.autocast():
             hyps = beam_search(model, src, beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                               nbest=1, max_len_cap=model.max_positions - 1)
+                               nbest=1, max_len_cap=model.max_positions - 1, search=search)
         for i, nbest in zip(chunk, hyps, strict=True):
             out[i] = list(nbest[0].tokens)
     return out

@@ -79,9 +79,10 @@ def nan_after(calls: int, monkeypatch: pytest.MonkeyPatch) -> None:
     real = nmt.train.label_smoothed_nll
     seen = [0]
 
-    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
+             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         seen[0] += 1
-        value, nll = real(logits, target, epsilon)
+        value, nll = real(logits, target, epsilon, keep)
         return (value * math.nan, nll) if seen[0] >= calls else (value, nll)
 
     monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)
@@ -130,9 +131,10 @@ def test_fp16_skips_non_finite_steps(data_dir: Path, tmp_path: Path, monkeypatch
     real = nmt.train.label_smoothed_nll
     seen = [0]
 
-    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
+             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         seen[0] += 1
-        value, nll = real(logits, target, epsilon)
+        value, nll = real(logits, target, epsilon, keep)
         return (value * math.inf, nll) if seen[0] in (3, 4) else (value, nll)
 
     monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)

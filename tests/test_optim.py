@@ -27,31 +27,62 @@ def test_inverse_sqrt_values() -> None:
 
 
 def test_warmup_plateau_values() -> None:
+    # The official controller sets the rate only while step < warmup, so the plateau keeps the rate of step 7999.
     assert warmup_plateau(4000, 1e-3, 8000) == pytest.approx(5e-4)
-    assert warmup_plateau(8000, 1e-3, 8000) == pytest.approx(1e-3)
-    assert warmup_plateau(80000, 1e-3, 8000) == pytest.approx(1e-3)
-    assert warmup_plateau(80000, 1e-3, 8000, multiplier=0.8) == pytest.approx(8e-4)
+    assert warmup_plateau(7999, 1e-3, 8000) == pytest.approx(1e-3 * 7999 / 8000, rel=1e-12)
+    assert warmup_plateau(8000, 1e-3, 8000) == warmup_plateau(7999, 1e-3, 8000)
+    assert warmup_plateau(80000, 1e-3, 8000) == warmup_plateau(7999, 1e-3, 8000)
+    assert warmup_plateau(80000, 1e-3, 8000, multiplier=0.8) == pytest.approx(0.8e-3 * 7999 / 8000, rel=1e-12)
+    assert warmup_plateau(1, 1e-3, 2) == warmup_plateau(5, 1e-3, 2) == pytest.approx(5e-4)
+    assert warmup_plateau(1, 1e-3, 1) == warmup_plateau(3, 1e-3, 0) == 1e-3  # no warmup: flat from the start
 
 
-def test_plateau_decay_fires_and_stops_training() -> None:
-    cfg = TrainConfig(schedule="warmup_plateau", lr=1e-3, warmup_steps=10, decay=0.5, patience=3, stop_lr=2e-4)
-    ctl = LRController(cfg, 512)
-    assert [ctl.observe(b) for b in (10.0, 12.0, 13.0)] == [False, False, False]  # too few evaluations yet
-    assert ctl.observe(14.0) is False  # beat the best of the last three
-    assert ctl.observe(13.5) is True and ctl.lr(100) == pytest.approx(5e-4)
-    assert not ctl.exhausted(100)
-    assert ctl.observe(12.0) is True and ctl.observe(11.0) is True  # 2.5e-4 then 1.25e-4
-    assert ctl.lr(100) == pytest.approx(1.25e-4) and ctl.exhausted(100)
-    assert not ctl.exhausted(5)  # never during warmup
-    restored = LRController(cfg, 512)
+def plateau(warmup: int = 10, patience: int = 3) -> LRController:
+    return LRController(TrainConfig(schedule="warmup_plateau", lr=1e-3, warmup_steps=warmup, decay=0.5,
+                                    patience=patience, stop_lr=2e-4), 512)
+
+
+def test_plateau_decays_only_below_every_previous_evaluation() -> None:
+    ctl = plateau()
+    assert [ctl.observe(b, 100) for b in (10.0, 12.0, 13.0)] == [False, False, False]  # too few evaluations yet
+    assert ctl.observe(14.0, 100) is False  # improved
+    assert ctl.observe(12.0, 100) is False  # below 13 and 14 but equal to 12 (three back): no decay
+    assert ctl.observe(12.5, 100) is False  # below 13 and 14, not below 12
+    assert ctl.observe(11.8, 100) is True  # below 14, 12 and 12.5: decay
+    assert ctl.lr(100) == pytest.approx(0.5e-3 * 9 / 10)
+    assert ctl.observe(11.8, 100) is False  # a tie with the previous one
+    restored = plateau()
     restored.load_state_dict(ctl.state_dict())
     assert restored.lr(100) == ctl.lr(100) and restored.history == ctl.history
+
+
+def test_equal_bleu_never_decays() -> None:
+    # The old rule (decay unless the new BLEU beats the best of the last three) decayed at every one of these.
+    ctl = plateau()
+    assert not any(ctl.observe(0.0, step) for step in range(10, 200, 10))
+    assert ctl.multiplier == 1.0
+
+
+def test_no_decay_during_warmup_but_warmup_evaluations_are_history() -> None:
+    ctl = plateau(warmup=100)
+    assert not any(ctl.observe(b, step) for b, step in ((5.0, 20), (4.0, 40), (3.0, 60), (2.0, 80), (1.0, 99)))
+    assert ctl.multiplier == 1.0
+    assert ctl.observe(0.5, 100) is True  # first evaluation at step == warmup: compares with 3.0, 2.0, 1.0
+
+
+def test_stop_only_after_warmup_and_below_stop_lr() -> None:
+    ctl = plateau(warmup=10)
+    ctl.multiplier = 0.1  # plateau 1e-3 * 0.9 * 0.1 < stop_lr 2e-4
+    assert not ctl.exhausted(5) and not ctl.exhausted(10)  # official: step > warmup_steps
+    assert ctl.exhausted(11)
+    ctl.multiplier = 0.25  # 2.25e-4 >= 2e-4
+    assert not ctl.exhausted(11)
 
 
 def test_other_schedules_never_decay() -> None:
     ctl = LRController(TrainConfig(schedule="inverse_sqrt", lr=1e-3, warmup_steps=10), 512)
     for bleu in (5.0, 4.0, 3.0, 2.0, 1.0):
-        assert ctl.observe(bleu) is False
+        assert ctl.observe(bleu, 100) is False
     assert ctl.lr(40) == pytest.approx(5e-4) and not ctl.exhausted(10**6)
 
 

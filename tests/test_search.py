@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import Tensor
 
-from nmt.search import Hypothesis, beam_search, greedy_search, length_penalty
+from nmt.search import SEARCHES, Hypothesis, beam_search, greedy_search, length_penalty
 from nmt.vocab import BOS, EOS, PAD
 
-A, B, C, D = 4, 5, 6, 7
-VOCAB = 8
+A, B, C, D, E, F, G, H, K, J = range(4, 14)
+VOCAB = 14
 
 
 @dataclass
@@ -126,10 +126,10 @@ class LastTokenDecoder(ScriptedDecoder):
         return super().distribution(src, prefix)
 
 
-def test_max_length_cutoff_forces_eos() -> None:
+def test_fairseq_max_length_cutoff_forces_eos() -> None:
     # step 1 keeps AA .56, BA .125; step 2 keeps AAA .448, BAA .1; step 3 (= max length) forces EOS (p .05).
     (hyps,) = beam_search(LastTokenDecoder(), torch.tensor([[A, A, A, A]]), beam=2, lenpen=0.0,
-                          max_len_a=0.0, max_len_b=3, nbest=2)
+                          max_len_a=0.0, max_len_b=3, nbest=2, search="fairseq")
     assert [h.tokens for h in hyps] == [[A, A, A], [B, A, A]]
     assert hyps[0].logprob == pytest.approx(math.log(0.7 * 0.8 * 0.8 * 0.05), abs=1e-5)
     assert hyps[1].logprob == pytest.approx(math.log(0.25 * 0.5 * 0.8 * 0.05), abs=1e-5)
@@ -147,31 +147,87 @@ def test_max_length_is_per_sentence_non_pad_length() -> None:
         assert short[0].tokens == [A] * 3 and long[0].tokens == [A] * 5
 
 
-def test_finished_sentences_leave_the_batch() -> None:
+def test_fairseq_finished_sentences_leave_the_batch() -> None:
+    model = ScriptedDecoder(default=RARE_EOS)
+    beam_search(model, torch.tensor([[C, PAD], [C, C]]), beam=2, lenpen=0.0, max_len_a=1.0, max_len_b=0,
+                search="fairseq")
+    assert model.rows_per_step == [2, 4, 2]  # sentence 0 is done at step 1 (max length 1 before EOS)
+
+
+def test_official_finished_sentences_leave_the_batch() -> None:
     model = ScriptedDecoder(default=RARE_EOS)
     beam_search(model, torch.tensor([[C, PAD], [C, C]]), beam=2, lenpen=0.0, max_len_a=1.0, max_len_b=0)
-    assert model.rows_per_step == [2, 4, 2]  # sentence 0 is done at step 1 (max length 1)
+    assert model.rows_per_step == [2, 2]  # sentence 0 is done after 1 token, sentence 1 after 2 (limits with EOS)
 
 
-def test_beam_one_equals_greedy() -> None:
+def test_official_length_limit_cuts_without_eos() -> None:
+    # step 0 (EOS forbidden) keeps A .7, B .25; step 1 AA .56, BA .125; step 2 AAA .448, BAA .1; 3 tokens = limit.
+    (hyps,) = beam_search(LastTokenDecoder(), torch.tensor([[A, A, A, A]]), beam=2, lenpen=0.0,
+                          max_len_a=0.0, max_len_b=3, nbest=2)
+    assert [h.tokens for h in hyps] == [[A, A, A], [B, A, A]]
+    assert hyps[0].logprob == pytest.approx(math.log(0.7 * 0.8 * 0.8), abs=1e-5)
+    assert hyps[1].logprob == pytest.approx(math.log(0.25 * 0.5 * 0.8), abs=1e-5)
+    assert len(hyps[0].positional_scores) == 3  # no EOS
+
+
+def test_official_forbids_eos_at_step_0() -> None:
+    table = {(): {EOS: 0.9, A: 0.1}, (A,): {EOS: 1.0}}
+    src = torch.tensor([[A, B]])
+    for hyps in (beam_search(ScriptedDecoder(table), src, beam=2, lenpen=0.6, nbest=1),
+                 greedy_search(ScriptedDecoder(table), src, lenpen=0.6)):
+        assert hyps[0][0].tokens == [A] and hyps[0][0].logprob == pytest.approx(math.log(0.1), abs=1e-5)
+    (fairseq,) = beam_search(ScriptedDecoder(table), src, beam=2, lenpen=0.6, nbest=2, search="fairseq")
+    assert [h.tokens for h in fairseq] == [[], [A]]
+
+
+# beam 2, alpha 1. Step 1: B-E (.57) and the finished A-EOS (.304) lead. Step 2: B-E-G (.2964) and B-E-H (.2736)
+# both score above A-EOS once penalised (lp (5 + 3) / 6 against (5 + 2) / 6), so A-EOS falls out of the official
+# beam, and every later hypothesis ends below it: the official search returns B-E-G-K, fairseq's finished list
+# keeps A.
+PUSH_OUT = {
+    (): {A: 0.38, B: 0.6, C: 0.02},
+    (A,): {EOS: 0.8, D: 0.2},
+    (B,): {E: 0.95, F: 0.05},
+    (B, E): {G: 0.52, H: 0.48},
+    (B, E, G): {EOS: 0.3, K: 0.36, J: 0.34},
+    (B, E, H): {EOS: 0.3, K: 0.36, J: 0.34},
+}
+
+
+def test_official_finished_entries_can_fall_out_of_the_beam() -> None:
+    src = torch.tensor([[A, B]])
+    model = ScriptedDecoder(PUSH_OUT)
+    (official,) = beam_search(model, src, beam=2, lenpen=1.0, nbest=2)
+    assert [h.tokens for h in official] == [[B, E, G, K], [B, E, G, J]]
+    assert official[0].score == pytest.approx(math.log(0.6 * 0.95 * 0.52 * 0.36) / length_penalty(5, 1.0), abs=1e-5)
+    assert official[1].score == pytest.approx(math.log(0.6 * 0.95 * 0.52 * 0.34) / length_penalty(5, 1.0), abs=1e-5)
+    assert model.rows_per_step == [1, 2, 2, 2, 2]
+    (fairseq,) = beam_search(ScriptedDecoder(PUSH_OUT), src, beam=2, lenpen=1.0, nbest=2, search="fairseq")
+    assert fairseq[0].tokens == [A]
+    assert fairseq[0].score == pytest.approx(math.log(0.38 * 0.8) / length_penalty(2, 1.0), abs=1e-5)
+
+
+@pytest.mark.parametrize("search", sorted(SEARCHES))
+def test_beam_one_equals_greedy(search: str) -> None:
     model = PseudoRandomDecoder(eos_boost=0.7)
     src = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 10], [11, 0, 0, 0]])
-    beam = beam_search(model, src, beam=1, lenpen=0.6, max_len_b=10)
-    greedy = greedy_search(model, src, lenpen=0.6, max_len_b=10)
+    beam = beam_search(model, src, beam=1, lenpen=0.6, max_len_b=10, search=search)
+    greedy = greedy_search(model, src, lenpen=0.6, max_len_b=10, search=search)
     for (b,), (g,) in zip(beam, greedy):
         assert b.tokens == g.tokens
         assert b.score == pytest.approx(g.score, abs=1e-5)
         assert b.positional_scores == pytest.approx(g.positional_scores, abs=1e-5)
 
 
+@pytest.mark.parametrize("search", sorted(SEARCHES))
 @pytest.mark.parametrize("beam", [1, 3, 5])
-def test_batched_equals_one_by_one(beam: int) -> None:
+def test_batched_equals_one_by_one(beam: int, search: str) -> None:
     model = PseudoRandomDecoder(eos_boost=0.5)
     src = torch.tensor([[4, 5, 6, 0, 0], [7, 8, 9, 10, 11], [11, 0, 0, 0, 0], [5, 5, 0, 0, 0]])
-    batched = beam_search(model, src, beam=beam, lenpen=0.6, max_len_b=8, nbest=beam)
+    batched = beam_search(model, src, beam=beam, lenpen=0.6, max_len_b=8, nbest=beam, search=search)
     for i in range(src.size(0)):
         row = src[i : i + 1, : int((src[i] != PAD).sum())]
-        (single,) = beam_search(model, row, beam=beam, lenpen=0.6, max_len_b=8, nbest=beam)
+        (single,) = beam_search(model, row, beam=beam, lenpen=0.6, max_len_b=8, nbest=beam, search=search)
         assert [h.tokens for h in single] == [h.tokens for h in batched[i]]
         assert [h.score for h in single] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
@@ -184,3 +240,14 @@ def test_nbest_larger_than_beam_is_rejected() -> None:
 def test_hypothesis_is_a_plain_record() -> None:
     h = Hypothesis([4, 5], -1.0, -1.5, [-0.5, -0.5, -0.5])
     assert h.tokens == [4, 5] and h.score == -1.0
+
+
+def test_search_names_match_the_config() -> None:
+    import typing
+
+    from nmt.config import DecodeConfig, SearchName
+
+    assert set(SEARCHES) == set(typing.get_args(SearchName))
+    assert DecodeConfig().search == "official"
+    with pytest.raises(ValueError, match="unknown search"):
+        beam_search(ScriptedDecoder(TABLE), torch.tensor([[A]]), beam=2, search="nope")

@@ -86,13 +86,24 @@ def test_bf16_on_cpu_trains(data_dir: Path, tmp_path: Path) -> None:
                if v.is_floating_point())
 
 
-def test_plateau_decay_stops_training(data_dir: Path, tmp_path: Path) -> None:
-    # A rate too small to learn anything: dev BLEU stays flat, every evaluation after `patience` decays by half,
-    # and training stops once the rate is below stop_lr, long before max_steps.
+def test_plateau_decay_stops_training(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dev BLEU scripted to fall at every evaluation: each one after the first is below the previous (patience 1),
+    # so the rate halves at steps 4, 6, 8 and training stops at step 8 (1e-9 / 8 < stop_lr), long before max_steps.
+    falling = iter(range(100, 0, -1))
+    monkeypatch.setattr("nmt.train.tokenized_bleu", lambda hyps, refs: float(next(falling)))
     result = run(data_dir, tmp_path / "run", max_steps=1000, eval_every=2, schedule="warmup_plateau", lr=1e-9,
                  warmup_steps=1, patience=1, decay=0.5, stop_lr=2e-10, eval_sentences=4)
-    assert "stop_lr" in result["reason"] and result["step"] < 50
-    assert any(r["lr_decayed"] for r in metrics(tmp_path / "run"))
+    assert "stop_lr" in result["reason"] and result["step"] == 8
+    assert [r["lr_decayed"] for r in metrics(tmp_path / "run")] == [False, True, True, True]
+
+
+def test_flat_bleu_never_decays(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Equal dev BLEU (e.g. 0.0 early in training) is not a plateau for the official rule: no decay, no early stop.
+    monkeypatch.setattr("nmt.train.tokenized_bleu", lambda hyps, refs: 0.0)
+    result = run(data_dir, tmp_path / "run", max_steps=12, eval_every=2, schedule="warmup_plateau", lr=1e-9,
+                 warmup_steps=1, patience=1, decay=0.5, stop_lr=2e-10, eval_sentences=4)
+    assert "max_steps" in result["reason"] and result["step"] == 12
+    assert not any(r["lr_decayed"] for r in metrics(tmp_path / "run"))
 
 
 def test_update_freq_accumulates(data_dir: Path, tmp_path: Path) -> None:

@@ -207,6 +207,24 @@ def test_cli_nbest_format_and_file_output(checkpoint: Path, tmp_path: Path, monk
     assert [p.name for p in out.parent.iterdir()] == ["out.txt"]  # no temporary file left behind
 
 
+@pytest.mark.parametrize("search", ["official", "fairseq"])
+def test_cli_search_option_picks_the_rules(search: str, checkpoint: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from nmt.search import SEARCHES
+
+    calls: list[str] = []
+    for name, (beam_fn, greedy_fn) in list(SEARCHES.items()):
+        def counted(*args: Any, _name: str = name, _fn: Any = beam_fn, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _fn(*args, **kwargs)
+        monkeypatch.setitem(SEARCHES, name, (counted, greedy_fn))
+    src = tmp_path / "in.txt"
+    src.write_text("the cat sat .\n", encoding="utf-8")
+    assert run_cli(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output",
+                    str(tmp_path / "out.txt"), "--search", search, "--device", "cpu"], monkeypatch) == 0
+    assert calls and set(calls) == {search}
+
+
 def test_cli_interactive_streams(checkpoint: Path, translator: Translator, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     long_line = " ".join(["cat"] * 100)

@@ -15,6 +15,7 @@ decode.precision)``); --quiet silences it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import itertools
 import os
@@ -39,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="-", help="where to write translations; - is stdout (default)")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam)")
     parser.add_argument("--lenpen", type=float, help="GNMT length penalty alpha (default: decode.lenpen)")
+    parser.add_argument("--search", choices=["official", "fairseq"],
+                        help="beam-search rules (default: decode.search); official: the papers' decoder")
     parser.add_argument("--nbest", type=int, help="translations per input; K > 1 prints INDEX\\tSCORE\\tTEXT lines")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
@@ -98,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
     # the first buffer is read before the model loads: a missing or undecodable input fails at once
     first = [] if interactive else list(itertools.islice(lines, buffer_size))
     translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
+    if args.search:
+        config = translator.config
+        translator.config = dataclasses.replace(config, decode=dataclasses.replace(config.decode, search=args.search))
     if (interactive or not is_std(args.input)) and not args.quiet:  # not when filtering stdin to stdout
         print(f"precision {translator.runtime.describe_precision()}", file=sys.stderr)
     lines = itertools.chain(first, lines)

@@ -213,9 +213,10 @@ class MultiHeadAttention(nn.Module):
         return self._merge(out)
 
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """Attention logits (B, H, Tq, Tk) in float32, as the fused kernel computes them."""
+        """Attention logits (B, H, Tq, Tk) in float32 (float64 inputs: float64), as the fused kernel computes them."""
         scale = self.scoring.scale if self.scoring.scale is not None else 1.0 / math.sqrt(q.size(-1))
-        return torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+        acc = torch.promote_types(q.dtype, torch.float32)
+        return torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
 
     def _explicit(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool

@@ -1,98 +1,15 @@
-"""Batched beam search and greedy decoding over a model's incremental-decoding cache.
-
-The model is anything that follows the :class:`Seq2Seq` protocol of ``docs/design.md``: ``start(src)`` encodes a
-batch, ``step(prev, state)`` returns next-token log-probabilities for every live row, and ``state.select(index)``
-reorders, duplicates or drops rows. Beam search keeps all sentences and all beams of a batch in one set of rows;
-a sentence whose search is over leaves the computation (its rows are dropped with ``state.select``), so later steps
-run on fewer rows.
-
-Conventions (as in fairseq):
-
-- Step 0 feeds BOS. PAD and BOS are never generated.
-- A hypothesis ends when EOS is chosen. The output tokens exclude BOS and EOS, but EOS's log-probability is part of
-  the score and EOS counts in the length ``|y|`` of the length penalty.
-- Score = sum of log-probs / lp with the GNMT length penalty lp = ((5 + |y|) / 6) ** lenpen (Wu et al. 2016,
-  arXiv:1609.08144); ``lenpen = 0`` gives the plain sum.
-- A sentence of ``n`` non-pad source tokens produces at most ``max_len = int(a * n + b)`` tokens before EOS; at that
-  step every live beam is forced to end with EOS.
-- Each step takes the ``2 * beam`` best extensions: EOS extensions among the ``beam`` best are moved to the
-  finished list, and the ``beam`` best non-EOS extensions stay live. A sentence is done once it has ``beam``
-  finished hypotheses (or reached ``max_len``); its n-best list is the finished ones sorted by score.
-"""
+"""The ``fairseq`` rule set: finished hypotheses leave the beam; ``2 * beam`` candidates per step; EOS forced at the
+length limit (see :mod:`nmt.search` for the rules side by side)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from nmt.vocab import BOS, EOS, PAD
-
-
-class DecoderState(Protocol):
-    """Incremental decoding state: encoder output, cross-attention K/V and self-attention cache, one row each."""
-
-    def select(self: StateT, index: Tensor) -> StateT:
-        """Return the state whose row ``i`` is row ``index[i]`` of this one (reorder, duplicate or drop rows)."""
-        ...
-
-
-StateT = TypeVar("StateT", bound=DecoderState)
-
-
-class Seq2Seq(Protocol[StateT]):
-    """What the search needs from a model (see ``docs/design.md``); generic in the model's own state class."""
-
-    def start(self, src: Tensor) -> StateT:
-        """Encode ``src`` (B, S) and return a state with B rows and an empty decoder cache."""
-        ...
-
-    def step(self, prev: Tensor, state: StateT) -> tuple[Tensor, StateT]:
-        """Feed the previous token of each row (N,) and return float log-probs (N, V) and the updated state."""
-        ...
-
-
-@dataclass
-class Hypothesis:
-    """One finished translation.
-
-    Attributes:
-        tokens: generated token ids without BOS and EOS.
-        score: ``logprob`` divided by the length penalty (the ranking key).
-        logprob: sum of the token log-probabilities, EOS included.
-        positional_scores: log-probability of each token, EOS last (``len(tokens) + 1`` entries).
-    """
-
-    tokens: list[int]
-    score: float
-    logprob: float
-    positional_scores: list[float] = field(default_factory=list)
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT length penalty ((5 + length) / 6) ** alpha; ``length`` counts EOS."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, cap: int | None = None) -> Tensor:
-    """Per-sentence output limit ``int(a * |src| + b)`` (non-pad source length), optionally capped; shape (B,)."""
-    src_len = (src != PAD).sum(dim=1).double()
-    limit = (max_len_a * src_len + max_len_b).long().clamp(min=1)
-    return limit.clamp(max=cap) if cap is not None else limit
-
-
-def _mask_step(log_probs: Tensor, at_max: Tensor) -> Tensor:
-    """Forbid PAD and BOS everywhere and everything but EOS on rows that reached their length limit."""
-    log_probs = log_probs.float().clone()
-    log_probs[:, [PAD, BOS]] = -torch.inf
-    if bool(at_max.any()):  # rare: only at a sentence's last step, so no (N, V) mask is built every step
-        rows = at_max.nonzero(as_tuple=True)[0]
-        eos = log_probs[rows, EOS]
-        log_probs[rows] = -torch.inf
-        log_probs[rows, EOS] = eos
-    return log_probs
+from nmt.search.common import Hypothesis, Seq2Seq, StateT, length_penalty, mask_step, max_lengths, nbest_lists
+from nmt.vocab import BOS, EOS
 
 
 @dataclass
@@ -184,17 +101,8 @@ def _advance(
     return beams, state
 
 
-def _nbest(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:
-    """Sort each sentence's finished hypotheses by score; a sentence with none gets one empty -inf hypothesis."""
-    result = []
-    for hyps in finished:
-        ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
-        result.append(ranked or [Hypothesis([], -float("inf"), -float("inf"), [-float("inf")])])
-    return result
-
-
 @torch.no_grad()
-def beam_search(
+def fairseq_beam_search(
     model: Seq2Seq[StateT],
     src: Tensor,
     beam: int = 4,
@@ -218,8 +126,6 @@ def beam_search(
     Returns:
         For each sentence, up to ``nbest`` hypotheses sorted by score (best first).
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be in [1, beam={beam}], got {nbest}")
     batch, device = src.size(0), src.device
     state = model.start(src)
     beams = _Beams(
@@ -236,7 +142,7 @@ def beam_search(
         step = beams.tokens.size(1)
         at_max = beams.limits == step  # (A,)
         log_probs, state = model.step(prev, state)
-        log_probs = _mask_step(log_probs, at_max.repeat_interleave(beams.width))
+        log_probs = mask_step(log_probs, at_max.repeat_interleave(beams.width))
         cand = _expand(beams, log_probs, beam)
         beams.n_finished += _finalize(beams, cand, beam, lenpen, finished)
         done = (beams.n_finished >= beam) | at_max
@@ -244,11 +150,11 @@ def beam_search(
             break
         beams, state = _advance(beams, state, _prune(beams, cand, beam), done)
         prev = beams.tokens[:, -1]
-    return _nbest(finished, nbest)
+    return nbest_lists(finished, nbest)
 
 
 @torch.no_grad()
-def greedy_search(
+def fairseq_greedy_search(
     model: Seq2Seq[StateT],
     src: Tensor,
     lenpen: float = 0.6,
@@ -256,7 +162,7 @@ def greedy_search(
     max_len_b: int = 50,
     max_len_cap: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Greedy decoding (arg-max each step); same conventions and output type as :func:`beam_search` (1-best)."""
+    """Greedy decoding (arg-max each step); same rules and output type as :func:`fairseq_beam_search`."""
     batch, device = src.size(0), src.device
     state = model.start(src)
     active = torch.arange(batch, device=device)
@@ -269,7 +175,7 @@ def greedy_search(
     while True:
         at_max = limits == tokens.size(1)
         log_probs, state = model.step(prev, state)
-        best_scores, best = _mask_step(log_probs, at_max).max(dim=1)
+        best_scores, best = mask_step(log_probs, at_max).max(dim=1)
         best = best.masked_fill(at_max, EOS)  # even if the model gives EOS probability 0
         tokens = torch.cat([tokens, best[:, None]], dim=1)
         positional = torch.cat([positional, best_scores[:, None]], dim=1)
@@ -287,4 +193,4 @@ def greedy_search(
             active, limits, tokens = active[keep], limits[keep], tokens[keep]
             positional, totals = positional[keep], totals[keep]
         prev = tokens[:, -1]
-    return _nbest(finished, 1)
+    return nbest_lists(finished, 1)

@@ -1,0 +1,96 @@
+"""Batched beam search and greedy decoding over a model's incremental-decoding cache.
+
+The model is anything that follows the :class:`Seq2Seq` protocol of ``docs/design.md``: ``start(src)`` encodes a
+batch, ``step(prev, state)`` returns next-token log-probabilities for every live row, and ``state.select(index)``
+reorders, duplicates or drops rows. Beam search keeps all sentences and all beams of a batch in one set of rows;
+a sentence whose search is over leaves the computation (its rows are dropped with ``state.select``), so later steps
+run on fewer rows.
+
+Two rule sets (``decode.search``, :data:`SEARCHES`); both feed BOS at step 0, never generate PAD or BOS, return
+tokens without BOS and EOS, count EOS in the length ``|y|`` and score a hypothesis by its summed log-probability
+divided by the GNMT length penalty ``lp = (5 + |y|) ** a / 6 ** a`` (Wu et al. 2016, arXiv:1609.08144; ``lenpen
+= 0`` gives the plain sum). The length limit is ``max_len = int(a * n + b)`` for ``n`` non-pad source tokens (EOS
+included, as fed to the model).
+
+- ``official`` (default): the papers' decoder (QKNorm/TwT ``Decoder.beam_decode``). EOS is forbidden at step 0.
+  The beam holds ``beam`` entries, finished ones included: each step ranks every one-token extension of the live
+  entries (scored with the penalty of their new length) together with the finished entries (which keep their
+  score), and keeps the ``beam`` best. A sentence is done when all ``beam`` entries end with EOS or after
+  ``max_len`` tokens (EOS included): entries cut off there are returned without EOS, scored at their length. Its
+  n-best list is the ``beam`` entries sorted by score.
+- ``fairseq``: EOS allowed from step 0. Each step takes the ``2 * beam`` best extensions: EOS extensions among the
+  ``beam`` best move to a finished list and the ``beam`` best non-EOS extensions stay live. A sentence is done once
+  it has ``beam`` finished hypotheses or has produced ``max_len`` tokens, where every live beam is forced to end with
+  EOS (``max_len`` tokens before EOS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor
+
+from nmt.search.common import DecoderState, Hypothesis, Seq2Seq, StateT, length_penalty, max_lengths
+from nmt.search.fairseq import fairseq_beam_search, fairseq_greedy_search
+from nmt.search.official import official_beam_search, official_greedy_search
+
+__all__ = ["SEARCHES", "DecoderState", "Hypothesis", "Seq2Seq", "beam_search", "greedy_search", "length_penalty",
+           "max_lengths"]
+
+# decode.search -> (beam search, greedy search); the keys equal config.SearchName (checked by a test).
+SEARCHES: dict[str, tuple[Callable[..., list[list[Hypothesis]]], Callable[..., list[list[Hypothesis]]]]] = {
+    "official": (official_beam_search, official_greedy_search),
+    "fairseq": (fairseq_beam_search, fairseq_greedy_search),
+}
+
+
+def _rules(search: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    if search not in SEARCHES:
+        raise ValueError(f"unknown search {search!r} (valid: {', '.join(SEARCHES)})")
+    return SEARCHES[search]
+
+
+def beam_search(
+    model: Seq2Seq[StateT],
+    src: Tensor,
+    beam: int = 4,
+    lenpen: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    nbest: int = 1,
+    max_len_cap: int | None = None,
+    search: str = "official",
+) -> list[list[Hypothesis]]:
+    """Beam search for a batch of source sentences.
+
+    Args:
+        model: a :class:`Seq2Seq` (``start``/``step``/``state.select``).
+        src: (B, S) source ids (EOS-terminated), PAD-padded, on the model's device.
+        beam: hypotheses kept per sentence.
+        lenpen: alpha of the GNMT length penalty.
+        max_len_a, max_len_b: output limit ``int(a * |src| + b)`` (``official``: tokens with EOS; ``fairseq``:
+            tokens before EOS).
+        nbest: hypotheses returned per sentence (at most ``beam``).
+        max_len_cap: optional absolute limit on the output length (e.g. the model's positions).
+        search: the rule set, a key of :data:`SEARCHES` (see the module docstring).
+
+    Returns:
+        For each sentence, up to ``nbest`` hypotheses sorted by score (best first).
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be in [1, beam={beam}], got {nbest}")
+    return _rules(search)[0](model, src, beam, lenpen, max_len_a, max_len_b, nbest, max_len_cap)
+
+
+def greedy_search(
+    model: Seq2Seq[StateT],
+    src: Tensor,
+    lenpen: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    max_len_cap: int | None = None,
+    search: str = "official",
+) -> list[list[Hypothesis]]:
+    """Arg-max decoding: the 1-best of :func:`beam_search` with ``beam=1`` under the same rules, faster."""
+    return _rules(search)[1](model, src, lenpen, max_len_a, max_len_b, max_len_cap)

@@ -1,0 +1,86 @@
+"""What both search rule sets share: the model protocol, the hypothesis record, the length penalty and limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+from nmt.vocab import BOS, EOS, PAD
+
+
+class DecoderState(Protocol):
+    """Incremental decoding state: encoder output, cross-attention K/V and self-attention cache, one row each."""
+
+    def select(self: StateT, index: Tensor) -> StateT:
+        """Return the state whose row ``i`` is row ``index[i]`` of this one (reorder, duplicate or drop rows)."""
+        ...
+
+
+StateT = TypeVar("StateT", bound=DecoderState)
+
+
+class Seq2Seq(Protocol[StateT]):
+    """What the search needs from a model (see ``docs/design.md``); generic in the model's own state class."""
+
+    def start(self, src: Tensor) -> StateT:
+        """Encode ``src`` (B, S) and return a state with B rows and an empty decoder cache."""
+        ...
+
+    def step(self, prev: Tensor, state: StateT) -> tuple[Tensor, StateT]:
+        """Feed the previous token of each row (N,) and return float log-probs (N, V) and the updated state."""
+        ...
+
+
+@dataclass
+class Hypothesis:
+    """One finished translation.
+
+    Attributes:
+        tokens: generated token ids without BOS and EOS.
+        score: ``logprob`` divided by the length penalty (the ranking key).
+        logprob: sum of the token log-probabilities, EOS included.
+        positional_scores: log-probability of each token, EOS last (``len(tokens) + 1`` entries; ``len(tokens)``
+            for a hypothesis the ``official`` rules cut at the length limit, which has no EOS).
+    """
+
+    tokens: list[int]
+    score: float
+    logprob: float
+    positional_scores: list[float] = field(default_factory=list)
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ``(5 + length) ** alpha / 6 ** alpha`` (the official code's operation order); ``length``
+    counts EOS."""
+    return (5.0 + length) ** alpha / 6.0 ** alpha
+
+
+def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, cap: int | None = None) -> Tensor:
+    """Per-sentence output limit ``int(a * |src| + b)`` (non-pad source length), optionally capped; shape (B,)."""
+    src_len = (src != PAD).sum(dim=1).double()
+    limit = (max_len_a * src_len + max_len_b).long().clamp(min=1)
+    return limit.clamp(max=cap) if cap is not None else limit
+
+
+def mask_step(log_probs: Tensor, at_max: Tensor) -> Tensor:
+    """Forbid PAD and BOS everywhere and everything but EOS on rows that reached their length limit."""
+    log_probs = log_probs.float().clone()
+    log_probs[:, [PAD, BOS]] = -torch.inf
+    if bool(at_max.any()):  # rare: only at a sentence's last step, so no (N, V) mask is built every step
+        rows = at_max.nonzero(as_tuple=True)[0]
+        eos = log_probs[rows, EOS]
+        log_probs[rows] = -torch.inf
+        log_probs[rows, EOS] = eos
+    return log_probs
+
+
+def nbest_lists(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:
+    """Sort each sentence's finished hypotheses by score; a sentence with none gets one empty -inf hypothesis."""
+    result = []
+    for hyps in finished:
+        ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
+        result.append(ranked or [Hypothesis([], -float("inf"), -float("inf"), [-float("inf")])])
+    return result

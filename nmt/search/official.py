@@ -1,0 +1,181 @@
+"""The ``official`` rule set: the papers' beam search (QKNorm/TwT ``layers.py`` ``Decoder.beam_decode``).
+
+The beam holds ``beam`` entries per sentence, finished (EOS-ended) ones included; a finished entry competes with
+the live ones' extensions under its frozen score until it falls out of the beam or the search ends. EOS is forbidden
+at step 0. A sentence is done when all its entries end with EOS or once they have ``max_len`` tokens. See
+:mod:`nmt.search` for the rules side by side and ``docs/fidelity.md`` for the checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmt.search.common import Hypothesis, Seq2Seq, StateT, length_penalty, max_lengths, nbest_lists
+from nmt.vocab import BOS, EOS, PAD
+
+
+@dataclass
+class _Pool:
+    """The entries of the active sentences: ``width`` rows per sentence, sentence-major (A * width, ...)."""
+
+    active: Tensor  # (A,) index of each active sentence in the original batch
+    limits: Tensor  # (A,) max output length (EOS included) of each active sentence
+    logprob: Tensor  # (A, width) summed log-probability of each entry
+    scores: Tensor  # (A, width) logprob / length penalty of each entry (frozen once it ended with EOS)
+    tokens: Tensor  # (A * width, t) generated tokens, EOS repeated after the first one
+    positional: Tensor  # (A * width, t) log-probability of each token (0 for the repeated EOS)
+
+
+def _mask(log_probs: Tensor, first: bool) -> Tensor:
+    """Forbid PAD and BOS, and EOS at step 0 (the official ``probs[:, eos_id] = -inf``)."""
+    log_probs = log_probs.float().clone()
+    log_probs[:, [PAD, BOS, EOS] if first else [PAD, BOS]] = -torch.inf
+    return log_probs
+
+
+def _ended(pool: _Pool) -> Tensor:
+    """(A, width) entries that are over: they end with EOS, or have score -inf (only when a sentence has fewer
+    than ``beam`` possible continuations, e.g. a tiny vocabulary; such entries are never returned)."""
+    last = pool.tokens[:, -1].view_as(pool.scores)
+    return (last == EOS) | ~torch.isfinite(pool.scores)
+
+
+def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The ``beam`` best entries of the next step among all extensions of live entries and the finished entries.
+
+    The official decoder divides all (A, W, V) extensions by the length penalty and takes the top ``beam``. The
+    penalty is the same for every live extension of a step, so the ``beam`` best live extensions by log-prob are
+    the ``beam`` best by score: only those are divided (bitwise the official scores) and ranked together with the
+    finished entries (EOS again at their frozen score), sparing two passes over the (A, W, V) tensor.
+
+    Returns:
+        new scores (A, K), new summed log-probs (A, K), parent row of each (A * K,), its token (A * K,).
+    """
+    n_active, width = pool.scores.shape
+    vocab = log_probs.size(1)
+    totals = pool.logprob.unsqueeze(-1) + log_probs.view(n_active, width, vocab)  # (A, W, V)
+    k = min(beam, width * vocab)
+    ended = _ended(pool) if pool.tokens.size(1) > 0 else torch.zeros_like(pool.scores, dtype=torch.bool)  # (A, W)
+    finished = bool(ended.any())
+    if finished:
+        totals.view(n_active * width, vocab)[ended.view(-1)] = -torch.inf  # finished entries have no extension
+    new_logprob, index = totals.view(n_active, width * vocab).topk(k, dim=1)  # (A, W*V) -> (A, K)
+    new_scores = new_logprob / length_penalty(pool.tokens.size(1) + 1, lenpen)
+    if finished:
+        kept = torch.where(ended, pool.scores, -torch.inf)  # (A, W): a finished entry's only candidate
+        eos_index = (torch.arange(width, device=index.device) * vocab + EOS).expand(n_active, width)
+        new_scores, pick = torch.cat([new_scores, kept], dim=1).topk(k, dim=1)  # (A, K + W) -> (A, K)
+        new_logprob = torch.cat([new_logprob, pool.logprob], dim=1).gather(1, pick)
+        index = torch.cat([index, eos_index], dim=1).gather(1, pick)
+    base = torch.arange(n_active, device=index.device)[:, None] * width
+    parents = (base + index // vocab).view(-1)  # (A, K) -> (A * K,)
+    return new_scores, new_logprob, parents, (index % vocab).view(-1)
+
+
+def _emit(pool: _Pool, done: Tensor, finished: list[list[Hypothesis]]) -> None:
+    """Add every entry of the done sentences to ``finished``: tokens up to the first EOS (none if cut off)."""
+    width = pool.scores.size(1)
+    sentences = done.nonzero(as_tuple=True)[0]
+    rows = (sentences[:, None] * width + torch.arange(width, device=done.device)).view(-1)
+    originals = pool.active[sentences].repeat_interleave(width).tolist()
+    for original, toks, pos, score, total in zip(originals, pool.tokens[rows].tolist(), pool.positional[rows].tolist(),
+                                                 pool.scores[sentences].view(-1).tolist(),
+                                                 pool.logprob[sentences].view(-1).tolist(), strict=True):
+        if score == -torch.inf:
+            continue
+        end = toks.index(EOS) if EOS in toks else len(toks)
+        finished[original].append(Hypothesis(toks[:end], score, total, pos[: end + 1]))
+
+
+@torch.no_grad()
+def official_beam_search(
+    model: Seq2Seq[StateT],
+    src: Tensor,
+    beam: int = 4,
+    lenpen: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    nbest: int = 1,
+    max_len_cap: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`)."""
+    batch, device = src.size(0), src.device
+    state = model.start(src)
+    pool = _Pool(
+        active=torch.arange(batch, device=device),
+        limits=max_lengths(src, max_len_a, max_len_b, max_len_cap),
+        logprob=torch.zeros(batch, 1, device=device),  # width 1 at step 0: one row per sentence
+        scores=torch.zeros(batch, 1, device=device),
+        tokens=torch.zeros(batch, 0, dtype=torch.long, device=device),
+        positional=torch.zeros(batch, 0, device=device),
+    )
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    while True:
+        log_probs, state = model.step(prev, state)
+        log_probs = _mask(log_probs, first=pool.tokens.size(1) == 0)
+        scores, logprob, parents, new_tok = _extend(pool, log_probs, beam, lenpen)
+        step_scores = logprob.view(-1) - pool.logprob.view(-1)[parents]
+        width = scores.size(1)
+        pool = _Pool(pool.active, pool.limits, logprob, scores,
+                     torch.cat([pool.tokens[parents], new_tok[:, None]], dim=1),
+                     torch.cat([pool.positional[parents], step_scores[:, None]], dim=1))
+        done = _ended(pool).all(dim=1) | (pool.limits <= pool.tokens.size(1))  # (A,)
+        if bool(done.any()):
+            _emit(pool, done, finished)
+        keep = (~done).nonzero(as_tuple=True)[0]  # (A',)
+        if not keep.numel():
+            break
+        rows = (keep[:, None] * width + torch.arange(width, device=device)).view(-1)  # (A' * width,)
+        state = state.select(parents[rows])
+        pool = _Pool(pool.active[keep], pool.limits[keep], logprob[keep], scores[keep], pool.tokens[rows],
+                     pool.positional[rows])
+        prev = pool.tokens[:, -1]
+    return nbest_lists(finished, nbest)
+
+
+@torch.no_grad()
+def official_greedy_search(
+    model: Seq2Seq[StateT],
+    src: Tensor,
+    lenpen: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    max_len_cap: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Arg-max decoding under the official rules: the same output as :func:`official_beam_search` with beam 1."""
+    batch, device = src.size(0), src.device
+    state = model.start(src)
+    active = torch.arange(batch, device=device)
+    limits = max_lengths(src, max_len_a, max_len_b, max_len_cap)
+    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
+    positional = torch.zeros(batch, 0, device=device)
+    totals = torch.zeros(batch, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    while True:
+        log_probs, state = model.step(prev, state)
+        best_scores, best = _mask(log_probs, first=tokens.size(1) == 0).max(dim=1)
+        tokens = torch.cat([tokens, best[:, None]], dim=1)
+        positional = torch.cat([positional, best_scores[:, None]], dim=1)
+        totals = totals + best_scores
+        ended = best == EOS
+        done = ended | (limits <= tokens.size(1))
+        if bool(done.any()):
+            penalty = length_penalty(tokens.size(1), lenpen)
+            for original, toks, pos, total, eos in zip(active[done].tolist(), tokens[done].tolist(),
+                                                       positional[done].tolist(), totals[done].tolist(),
+                                                       ended[done].tolist(), strict=True):
+                end = len(toks) - 1 if eos else len(toks)
+                finished[original].append(Hypothesis(toks[:end], total / penalty, total, pos))
+            keep = (~done).nonzero(as_tuple=True)[0]
+            if not keep.numel():
+                break
+            state = state.select(keep)
+            active, limits, tokens = active[keep], limits[keep], tokens[keep]
+            positional, totals = positional[keep], totals[keep]
+        prev = tokens[:, -1]
+    return nbest_lists(finished, 1)
