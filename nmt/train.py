@@ -106,7 +106,9 @@ class Trainer:
                         "(try a lower train.lr or more train.warmup_steps)")
 
     def restore(self, path: Path) -> None:
-        ckpt = load_checkpoint(path, map_location=self.rt.device)
+        # Loaded into host memory: load_state_dict copies weights and optimizer state to the model's device, and
+        # the RNG states must stay on the CPU (rng.restore also copies them back there, wherever they were loaded).
+        ckpt = load_checkpoint(path, map_location="cpu")
         for section in ("model", "data"):
             theirs, ours = ckpt["config"].get(section), config_to_dict(self.cfg)[section]
             if theirs != ours:
