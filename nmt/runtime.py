@@ -81,7 +81,16 @@ def setup(device: str, precision: str) -> Runtime:
     rank = dist.get_rank() if world > 1 else 0
     resolved = resolve_precision(precision, dev)
     bound_onednn_cache(dev, resolved)
+    allow_tf32(dev)
     return Runtime(dev, resolved, rank, world)
+
+
+def allow_tf32(device: torch.device) -> None:
+    """On CUDA, fp32 matmuls and convolutions run on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation),
+    as fairseq and most trainers do: ~8x the fp32 rate on Ampere and later, at no measurable cost in BLEU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def bound_onednn_cache(device: torch.device, precision: str) -> None:

@@ -3,9 +3,9 @@
 :class:`DeviceTensor` holds its data in host memory but behaves like a tensor on an accelerator where it matters
 for correctness: the host cannot read it directly (``.numpy()``, ``.tolist()``, ``.item()``, ``float()``, ``int()``
 raise as they do for a CUDA tensor), and only an explicit ``.cpu()`` / ``.to("cpu")`` gives a plain host tensor.
-:func:`device_loader` gives ``torch.load`` as it behaves with ``map_location`` naming an accelerator: every tensor of the
-payload arrives as a :class:`DeviceTensor`. :func:`strict_rng_setter` gives ``torch.set_rng_state`` as it behaves
-with such a tensor (it takes host byte tensors only).
+:func:`device_loader` gives ``torch.load`` as it behaves with ``map_location`` naming an accelerator: every
+tensor of the payload arrives as a :class:`DeviceTensor`. :func:`strict_rng_setter` gives ``torch.set_rng_state``
+as it behaves with such a tensor (it takes host byte tensors only).
 """
 
 from __future__ import annotations
