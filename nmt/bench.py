@@ -262,6 +262,14 @@ def to_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2)
 
 
+def typical_run(cfg: Config, per_epoch: int) -> tuple[int, int]:
+    """``(epochs, updates)`` of a typical run of ``cfg`` with ``per_epoch`` updates per epoch: :data:`TYPICAL_EPOCHS`,
+    at least :data:`WARMUP_MULTIPLE` x warmup_steps updates, at most ``train.max_epochs``."""
+    epochs = min(max(TYPICAL_EPOCHS, math.ceil(WARMUP_MULTIPLE * cfg.train.warmup_steps / per_epoch)),
+                 cfg.train.max_epochs)
+    return epochs, epochs * per_epoch
+
+
 def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
     """Hours the pair's paper configuration would train on this machine, from a few timed steps.
 
@@ -281,9 +289,7 @@ def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
     finally:
         teardown(runtime)
     seconds_per_update = 1.0 / timed["steps_per_s"]["median"]
-    epochs = min(max(TYPICAL_EPOCHS, math.ceil(WARMUP_MULTIPLE * cfg.train.warmup_steps / per_epoch)),
-                 cfg.train.max_epochs)
-    updates = epochs * per_epoch
+    epochs, updates = typical_run(cfg, per_epoch)
     hours = updates * seconds_per_update / 3600
     detail = (f"{seconds_per_update:.2f} s/update measured, {per_epoch} updates/epoch, assuming {epochs} epochs = "
               f"{updates} updates")
