@@ -270,6 +270,18 @@ def typical_run(cfg: Config, per_epoch: int) -> tuple[int, int]:
     return epochs, epochs * per_epoch
 
 
+def typical_run_of(cfg: Config) -> tuple[int, int, int]:
+    """``(updates per epoch, epochs, updates)`` of a typical run of ``cfg`` on its prepared data (see
+    :func:`typical_run`)."""
+    from nmt.data.batching import make_batches
+    from nmt.train_data import load_training_data
+
+    src_lens, tgt_lens = load_training_data(cfg).train.lengths()
+    batches = make_batches(src_lens, tgt_lens, cfg.train.max_tokens, cfg.train.seed, 1)
+    per_epoch = max(len(batches) // cfg.train.update_freq, 1)
+    return (per_epoch, *typical_run(cfg, per_epoch))
+
+
 def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
     """Hours the pair's paper configuration would train on this machine, from a few timed steps.
 

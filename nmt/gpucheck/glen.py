@@ -60,16 +60,10 @@ def score_test(settings: Settings, best: Path) -> dict[str, Any]:
 
 def extrapolate(settings: Settings, seconds_per_update: float) -> dict[str, Any]:
     """Hours to the stop rule at the measured rate, for the typical run of :func:`nmt.bench.typical_run`."""
-    from nmt.bench import typical_run
+    from nmt.bench import typical_run_of
     from nmt.config import load_config
-    from nmt.data.batching import make_batches
-    from nmt.train_data import load_training_data
 
-    cfg = load_config(settings.paper_config, settings.paper_overrides)
-    src_lens, tgt_lens = load_training_data(cfg).train.lengths()
-    per_epoch = max(len(make_batches(src_lens, tgt_lens, cfg.train.max_tokens, cfg.train.seed, 1))
-                    // cfg.train.update_freq, 1)
-    epochs, updates = typical_run(cfg, per_epoch)
+    per_epoch, epochs, updates = typical_run_of(load_config(settings.paper_config, settings.paper_overrides))
     return {"updates_per_epoch": per_epoch, "assumed_epochs": epochs, "assumed_updates": updates,
             "extrapolated_hours": updates * seconds_per_update / 3600}
 
