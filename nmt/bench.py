@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from nmt.config import Config, load_config
-from nmt.data.batching import collate
+from nmt.loader import BatchLoader
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
@@ -110,13 +110,24 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
     needed = (warmup + steps) * uf
     chunks = [batches[i % len(batches)] for i in range(needed)]
     device = trainer.rt.device
-    data = trainer.data.train
+    loader = BatchLoader(trainer.data.train, device)  # as in training: collated ahead, pinned on CUDA
 
     def update(k: int) -> tuple[float, float, int]:
         indices = chunks[k * uf:(k + 1) * uf]
-        stats = trainer.train_step([collate(data, ix).to(device) for ix in indices])
+        following = chunks[(k + 1) * uf:(k + 2) * uf] or None
+        stats = trainer.train_step(loader.get((0, k), indices, (0, k + 1), following))
         return stats["src_tokens"], stats["tgt_tokens"], sum(len(ix) for ix in indices)
 
+    try:
+        return _timed_repeats(update, device, steps, warmup, repeats, uf)
+    finally:
+        loader.close()
+
+
+def _timed_repeats(update: Callable[[int], tuple[float, float, int]], device: torch.device, steps: int, warmup: int,
+                   repeats: int, uf: int) -> dict[str, Any]:
+    """Run ``update(k)`` for the ``warmup`` updates, then time updates ``warmup .. warmup + steps`` ``repeats``
+    times; ``update`` returns the source tokens, target tokens and sentences of update ``k``."""
     for k in range(warmup):
         update(k)
     runs: dict[str, list[float]] = {"src_tgt_tokens_per_s": [], "tgt_tokens_per_s": [], "sentences_per_s": [],
