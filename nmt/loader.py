@@ -29,7 +29,9 @@ class BatchLoader:
     def __init__(self, data: ParallelData, device: torch.device) -> None:
         self.data, self.device = data, device
         self.pin = device.type == "cuda"
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-collate")
+        # pinning from another thread must not create a context on cuda:0 for a process that trains on cuda:N
+        setup = (lambda: torch.cuda.set_device(device)) if self.pin else None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-collate", initializer=setup)
         self.ahead: tuple[Key, Future[list[Batch]]] | None = None
         self.hits = 0  # updates whose batches were ready from the background thread
 

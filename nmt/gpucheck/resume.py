@@ -2,8 +2,9 @@
 
 ``resume``: a run is killed with SIGKILL twice (once after its first checkpoint, once right after resuming), resumed
 to the end, and compared parameter by parameter with an uninterrupted run of the same config, both with
-``torch.use_deterministic_algorithms(True)`` (warn only) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``. It passes when the
-weights are bitwise equal, or, where a kernel has no deterministic version, within :data:`TOLERANCE`.
+``torch.use_deterministic_algorithms(True)`` (warn only), SDPA's math backend and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``.
+It passes when the weights are bitwise equal, or, where a kernel has no deterministic version, within
+:data:`TOLERANCE`.
 
 ``torchrun``: ``torchrun --nproc_per_node=1`` (nccl on CUDA, gloo on the CPU) trains and checkpoints; then two
 processes on the one device, which nccl may refuse (reported, not failed).
@@ -28,7 +29,11 @@ from nmt.gpucheck.runner import ROOT, Settings, child_env
 # Largest |difference| of any weight between the resumed and the uninterrupted run, relative to that tensor's
 # largest |weight|, still accepted when the run is not bitwise equal.
 TOLERANCE = 1e-3
+# Deterministic algorithms, and attention through SDPA's math backend: the flash and memory-efficient backward
+# passes accumulate with atomics, so they differ from run to run in the last bits.
 DETERMINISTIC_MAIN = ("import sys, torch; torch.use_deterministic_algorithms(True, warn_only=True); "
+                      "[f(False) for f in (torch.backends.cuda.enable_flash_sdp, "
+                      "torch.backends.cuda.enable_mem_efficient_sdp, torch.backends.cuda.enable_cudnn_sdp)]; "
                       "from nmt.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
