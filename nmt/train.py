@@ -92,6 +92,7 @@ class Trainer:
         self.src_lens, self.tgt_lens = self.data.train.lengths()
         self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
         self.pending: list[PendingStep] = []
+        self.figures: dict[str, float] | None = None  # the latest settled update's figures
         self.postfix: dict[str, str] = {}
 
     # ----------------------------------------------------------------------------------------------- checkpoints
@@ -230,12 +231,12 @@ class Trainer:
         """Read the pending updates' figures from the device (one synchronisation) and stop at the first update
         whose loss or gradient norm was not finite (fp16 skips those instead, counting them).
 
-        Returns the last pending update's figures (``loss``, ``nll`` per target token, ``gnorm``, ``lr``, token
-        counts), or None when nothing was pending.
+        Returns the latest update's figures (``loss``, ``nll`` per target token, ``gnorm``, ``lr``, token counts),
+        or None before the first update.
         """
         pending, self.pending = self.pending, []
         if not pending:
-            return None
+            return self.figures
         values = torch.stack([p.values for p in pending])  # (n, 3): loss sum, NLL sum, gradient norm
         if self.rt.distributed:  # the sums are per rank; the gradient norm is already global
             sums = values[:, :2].contiguous()
@@ -251,8 +252,9 @@ class Trainer:
             if not math.isfinite(gnorm) and not self.scaler.is_enabled():
                 raise self.diverged("gradient norm", gnorm, p.step)
         last, (loss_sum, nll_sum, gnorm) = pending[-1], rows[-1]
-        return {"loss": loss_sum / last.tgt_tokens, "nll": nll_sum / last.tgt_tokens, "lr": last.lr, "gnorm": gnorm,
-                "tgt_tokens": last.tgt_tokens, "src_tokens": last.src_tokens}
+        self.figures = {"loss": loss_sum / last.tgt_tokens, "nll": nll_sum / last.tgt_tokens, "lr": last.lr,
+                        "gnorm": gnorm, "tgt_tokens": last.tgt_tokens, "src_tokens": last.src_tokens}
+        return self.figures
 
     # ---------------------------------------------------------------------------------------------- evaluation
     def evaluate(self, log: RunLog) -> float:
@@ -381,7 +383,7 @@ class Trainer:
         tok_s = window["tokens"] / elapsed
         if p.step % t.log_every == 0:
             settled = self.settle()
-            assert settled is not None  # this update is pending
+            assert settled is not None  # this update was pending, or train_step has just settled it
             stats = settled
             self.postfix = {"loss": f"{stats['loss']:.3f}", "lr": f"{stats['lr']:.2e}", "tok/s": f"{tok_s:.0f}"}
         log.advance(1, self.postfix)

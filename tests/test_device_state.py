@@ -58,7 +58,8 @@ def test_rng_restore_from_device_tensors(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def run(data_dir: Path, save_dir: Path, resume: bool = False, **train_overrides: Any) -> dict[str, Any]:
-    tree = tiny_config(data_dir, save_dir, eval_every=10, eval_sentences=2, **train_overrides)
+    settings: dict[str, Any] = {"eval_every": 10, "eval_sentences": 2, **train_overrides}
+    tree = tiny_config(data_dir, save_dir, **settings)
     return train(config_from_dict(tree), resume=resume)
 
 
@@ -87,3 +88,25 @@ def test_resume_from_device_checkpoint_is_bitwise_equal(data_dir: Path, tmp_path
     for index, state in full["optimizer"]["state"].items():
         for name, value in state.items():
             assert torch.equal(value.cpu(), split["optimizer"]["state"][index][name].cpu()), (index, name)
+
+
+def test_figures_leave_the_device_at_log_intervals(data_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each update's loss and gradient norm wait on the device; log lines still show every log_every-th update's own
+    figures, also when the pending list filled up and was read just before a log step."""
+    import nmt.train
+
+    monkeypatch.setattr(nmt.train, "MAX_PENDING", 3)
+    reads: list[int] = []
+    real_settle = nmt.train.Trainer.settle
+
+    def settle(self: nmt.train.Trainer) -> dict[str, float] | None:
+        reads.append(len(self.pending))
+        return real_settle(self)
+
+    monkeypatch.setattr(nmt.train.Trainer, "settle", settle)
+    run(data_dir, tmp_path / "run", max_steps=12, eval_every=100, log_every=6)
+    lines = [line for line in (tmp_path / "run" / "train.log").read_text().splitlines() if "| loss " in line]
+    assert [line.split(" | ")[0].split()[-1] for line in lines] == ["6", "12"]
+    assert all(float(line.split("| loss ")[1].split()[0]) > 0 for line in lines)
+    assert sum(reads) == 12 and max(reads) == 3  # every update read once, at most 3 at a time, not one by one
