@@ -86,7 +86,8 @@ def test_cuda_rng_states_restored_on_the_host(fake_cuda: dict[str, Any]) -> None
     assert index == 0 and type(restored) is torch.Tensor and torch.equal(restored, saved[0])
 
 
-def test_batches_for_cuda_are_pinned_and_copied_asynchronously(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batches_for_cuda_are_pinned_and_copied_asynchronously(fake_cuda: dict[str, Any],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pinned: list[Batch] = []
     copies: list[bool] = []
     monkeypatch.setattr(Batch, "pin_memory", lambda self: pinned.append(self) or self)
@@ -103,6 +104,7 @@ def test_batches_for_cuda_are_pinned_and_copied_asynchronously(monkeypatch: pyte
         loader.close()
     assert len(pinned) == 2 and len(got) == 2 and copies == [True] * 6  # src, tgt_in, tgt_out of each batch
     assert loader.hits == 1
+    assert fake_cuda["set_device"] == [torch.device("cuda", 0)]  # the collating thread pins for this process's GPU
 
 
 def test_attention_mask_always_built_off_the_cpu() -> None:
