@@ -71,7 +71,8 @@ def measure(cfg: Config, steps: int, warmup: int) -> dict[str, Any]:
         timed = time_training(trainer, steps, warmup, repeats=1)
         trainer.settle()
         batches = trainer.epoch_batches(1)
-        chunks = [batches[i % len(batches)] for i in range(warmup, warmup + steps)]
+        uf = cfg.train.update_freq  # the batches time_training timed
+        chunks = [batches[i % len(batches)] for i in range(warmup * uf, (warmup + steps) * uf)]
         flops = training_flops(cfg, trainer.data.vocab_size, trainer.src_lens, trainer.tgt_lens, chunks)
         seconds = steps / timed["steps_per_s"]["median"]
         result = {"precision": runtime.precision, "max_tokens": cfg.train.max_tokens, "steps": steps,
