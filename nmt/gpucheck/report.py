@@ -26,7 +26,7 @@ def _throughput_table(result: dict[str, Any]) -> list[str]:
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         memory = f"{r['peak_memory_gib']:.1f}" if "peak_memory_gib" in r else "-"
         lines.append(f"| {r['precision']} | {r['max_tokens']} | {r['src_tgt_tokens_per_s']:,.0f} | "
-                     f"{r['tgt_tokens_per_s']:,.0f} | {r['updates_per_s']:.2f} | {r['tflops_per_s']:.1f} | {mfu} | "
+                     f"{r['tgt_tokens_per_s']:,.0f} | {r['updates_per_s']:.2f} | {r['tflops_per_s']:.3g} | {mfu} | "
                      f"{memory} |")
     return lines
 
