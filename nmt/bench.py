@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from nmt.config import Config, load_config
-from nmt.data.batching import collate
 from nmt.hardware import describe_machine, machine_info
+from nmt.loader import BatchLoader
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
@@ -111,13 +111,24 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
     needed = (warmup + steps) * uf
     chunks = [batches[i % len(batches)] for i in range(needed)]
     device = trainer.rt.device
-    data = trainer.data.train
+    loader = BatchLoader(trainer.data.train, device)  # as in training: collated ahead, pinned on CUDA
 
     def update(k: int) -> tuple[float, float, int]:
         indices = chunks[k * uf:(k + 1) * uf]
-        stats = trainer.train_step([collate(data, ix).to(device) for ix in indices])
+        following = chunks[(k + 1) * uf:(k + 2) * uf] or None
+        stats = trainer.train_step(loader.get((0, k), indices, (0, k + 1), following))
         return stats["src_tokens"], stats["tgt_tokens"], sum(len(ix) for ix in indices)
 
+    try:
+        return _timed_repeats(update, device, steps, warmup, repeats, uf)
+    finally:
+        loader.close()
+
+
+def _timed_repeats(update: Callable[[int], tuple[float, float, int]], device: torch.device, steps: int, warmup: int,
+                   repeats: int, uf: int) -> dict[str, Any]:
+    """Run ``update(k)`` for the ``warmup`` updates, then time updates ``warmup .. warmup + steps`` ``repeats``
+    times; ``update`` returns the source tokens, target tokens and sentences of update ``k``."""
     for k in range(warmup):
         update(k)
     runs: dict[str, list[float]] = {"src_tgt_tokens_per_s": [], "tgt_tokens_per_s": [], "sentences_per_s": [],
@@ -268,6 +279,26 @@ def to_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2)
 
 
+def typical_run(cfg: Config, per_epoch: int) -> tuple[int, int]:
+    """``(epochs, updates)`` of a typical run of ``cfg`` with ``per_epoch`` updates per epoch: :data:`TYPICAL_EPOCHS`,
+    at least :data:`WARMUP_MULTIPLE` x warmup_steps updates, at most ``train.max_epochs``."""
+    epochs = min(max(TYPICAL_EPOCHS, math.ceil(WARMUP_MULTIPLE * cfg.train.warmup_steps / per_epoch)),
+                 cfg.train.max_epochs)
+    return epochs, epochs * per_epoch
+
+
+def typical_run_of(cfg: Config) -> tuple[int, int, int]:
+    """``(updates per epoch, epochs, updates)`` of a typical run of ``cfg`` on its prepared data (see
+    :func:`typical_run`)."""
+    from nmt.data.batching import make_batches
+    from nmt.train_data import load_training_data
+
+    src_lens, tgt_lens = load_training_data(cfg).train.lengths()
+    batches = make_batches(src_lens, tgt_lens, cfg.train.max_tokens, cfg.train.seed, 1)
+    per_epoch = max(len(batches) // cfg.train.update_freq, 1)
+    return (per_epoch, *typical_run(cfg, per_epoch))
+
+
 def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
     """Hours the pair's paper configuration would train on this machine, from a few timed steps.
 
@@ -287,9 +318,7 @@ def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
     finally:
         teardown(runtime)
     seconds_per_update = 1.0 / timed["steps_per_s"]["median"]
-    epochs = min(max(TYPICAL_EPOCHS, math.ceil(WARMUP_MULTIPLE * cfg.train.warmup_steps / per_epoch)),
-                 cfg.train.max_epochs)
-    updates = epochs * per_epoch
+    epochs, updates = typical_run(cfg, per_epoch)
     hours = updates * seconds_per_update / 3600
     detail = (f"{seconds_per_update:.2f} s/update measured, {per_epoch} updates/epoch, assuming {epochs} epochs = "
               f"{updates} updates")

@@ -34,7 +34,9 @@ def padding_mask(src: Tensor) -> Tensor | None:
     A row that is entirely PAD attends to all its positions rather than to none, so no softmax row is empty (NaN).
     """
     pad = src.eq(PAD)
-    if not torch.compiler.is_compiling() and not bool(pad.any()):  # a data-dependent branch breaks compiled graphs
+    # A data-dependent branch breaks compiled graphs, and on a GPU reading pad.any() would stall the host once per
+    # forward: there the mask is always built (the kernels give the same result with an all-True mask).
+    if src.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(pad.any()):
         return None
     keep = ~pad | pad.all(-1, keepdim=True)
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)

@@ -105,9 +105,12 @@ def _flatten(tree: dict[str, Any], prefix: str) -> list[str]:
 
 
 def cpu_overrides(pair: str) -> list[str]:
-    """Dotted overrides that turn ``PAIR.yaml`` into a CPU recipe: the reference CPU preset's ``model`` and
-    ``train`` sections, and ``train.save_dir=runs/PAIR-cpu``. The data section (pair, BPE size) stays the pair's."""
+    """Dotted overrides that turn ``PAIR.yaml`` into a CPU recipe: the reference CPU preset's whole ``model`` (every
+    field, so none of the pair's paper options leaks into the smaller model), the ``train`` keys it sets, and
+    ``train.save_dir=runs/PAIR-cpu``. The data section (pair, BPE size) stays the pair's."""
+    from nmt.config import config_to_dict, load_config
+
     reference = yaml.safe_load((config_dir() / f"{CPU_REFERENCE}.yaml").read_text(encoding="utf-8"))
-    sections = {key: reference.get(key) or {} for key in ("model", "train")}
+    sections = {"model": config_to_dict(load_config(CPU_REFERENCE))["model"], "train": reference.get("train") or {}}
     sections["train"] = {**sections["train"], "save_dir": f"runs/{pair}-cpu"}
     return _flatten(sections, "")

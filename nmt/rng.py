@@ -29,11 +29,20 @@ def capture() -> dict[str, Any]:
     return state
 
 
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain CPU copy: generators take their state only as CPU byte tensors, and ``.numpy()`` needs host memory,
+    but a checkpoint loaded with ``map_location`` (or by an older version) may hold the states on an accelerator."""
+    return tensor.detach().cpu()
+
+
 def restore(state: dict[str, Any]) -> None:
+    """Restore what :func:`capture` returned, wherever ``torch.load`` put its tensors."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    keys = _host(n["keys"]).numpy().astype(np.uint32)
+    np.random.set_state((n["kind"], keys, int(n["pos"]), int(n["has_gauss"]), float(n["cached"])))
+    torch.set_rng_state(_host(state["torch"]))
+    if "cuda" in state and torch.cuda.is_available():  # a run resumed on fewer GPUs restores the ones it has
+        for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(_host(cuda_state), index)

@@ -62,7 +62,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise NmtError("device 'cuda' requested but CUDA is not available (use --device cpu or auto)")
-        return torch.device("cuda", local_rank)
+        # several processes may share a GPU (torchrun --nproc_per_node above the GPU count), if the backend allows it
+        return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
     return torch.device("cpu")
 
 
@@ -120,14 +121,25 @@ def setup(device: str, precision: str) -> Runtime:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = resolve_device(device, local_rank)
-    if world > 1 and not dist.is_initialized():
+    # under torchrun the group is joined even by a single process, so `--nproc_per_node=1` runs nccl's set-up too
+    launched = world > 1 or "TORCHELASTIC_RUN_ID" in os.environ
+    if launched and not dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     rank = dist.get_rank() if world > 1 else 0
     chosen = choose_precision(precision, dev)
     bound_onednn_cache(dev, chosen.name)
+    allow_tf32(dev)
     return Runtime(dev, chosen.name, rank, world, chosen.reason)
+
+
+def allow_tf32(device: torch.device) -> None:
+    """On CUDA, fp32 matmuls and convolutions run on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation),
+    as fairseq and most trainers do: ~8x the fp32 rate on Ampere and later, at no measurable cost in BLEU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def bound_onednn_cache(device: torch.device, precision: str) -> None:
@@ -137,7 +149,7 @@ def bound_onednn_cache(device: torch.device, precision: str) -> None:
 
 
 def teardown(runtime: Runtime) -> None:
-    if runtime.distributed and dist.is_initialized():
+    if dist.is_initialized():
         dist.barrier()  # rank 0 may still be writing its last checkpoint; leave together
         dist.destroy_process_group()
 

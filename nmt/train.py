@@ -23,10 +23,11 @@ import torch
 from nmt import rng
 from nmt.checkpoint import bytes_to_tensor, load_checkpoint, remove_temporaries, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, Config, config_to_dict
-from nmt.data.batching import Batch, collate, make_batches
+from nmt.data.batching import Batch, make_batches
 from nmt.errors import NmtError
 from nmt.evaluate import tokenized_bleu
 from nmt.hardware import describe_machine, machine_info
+from nmt.loader import BatchLoader
 from nmt.loss import label_smoothed_nll
 from nmt.model import build_model
 from nmt.optim import LRController, build_optimizer
@@ -34,6 +35,22 @@ from nmt.run_log import RunLog
 from nmt.runtime import Runtime, all_sum, broadcast_floats, setup, teardown
 from nmt.train_data import TrainingData, load_training_data
 from nmt.validate import decode_ids, dev_loss
+
+# Updates whose figures may wait on the device before train_step reads them anyway (bench runs never log).
+MAX_PENDING = 256
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """One update's figures, still on the device: ``values`` = (loss sum, NLL sum, gradient norm); ``skipped``: the
+    fp16 scaler skipped the update (None without a scaler)."""
+
+    step: int
+    values: torch.Tensor
+    skipped: torch.Tensor | None
+    lr: float
+    tgt_tokens: float
+    src_tokens: float
 
 
 @dataclass
@@ -76,6 +93,9 @@ class Trainer:
         self.saved_step: int | None = None  # step of the checkpoint_last.pt this run wrote or resumed from
         self.src_lens, self.tgt_lens = self.data.train.lengths()
         self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+        self.pending: list[PendingStep] = []
+        self.figures: dict[str, float] | None = None  # the latest settled update's figures
+        self.postfix: dict[str, str] = {}
 
     # ----------------------------------------------------------------------------------------------- checkpoints
     def payload(self) -> dict[str, Any]:
@@ -95,6 +115,7 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
+        self.settle()  # a diverged update stops the run before its weights are written
         if self.rt.is_main:
             save_checkpoint(self.save_dir / name, self.payload())
         if name == "checkpoint_last.pt":
@@ -108,7 +129,9 @@ class Trainer:
                         "(try a lower train.lr or more train.warmup_steps)")
 
     def restore(self, path: Path) -> None:
-        ckpt = load_checkpoint(path, map_location=self.rt.device)
+        # Loaded into host memory: load_state_dict copies weights and optimizer state to the model's device, and
+        # the RNG states must stay on the CPU (rng.restore also copies them back there, wherever they were loaded).
+        ckpt = load_checkpoint(path, map_location="cpu")
         for section in ("model", "data"):
             theirs, ours = ckpt["config"].get(section), config_to_dict(self.cfg)[section]
             if theirs != ours:
@@ -166,11 +189,16 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------------- step
     def train_step(self, batches: list[Batch]) -> dict[str, float]:
-        """Forward/backward over ``update_freq`` batches, then one clipped optimizer update."""
+        """Forward/backward over ``update_freq`` batches, then one clipped optimizer update.
+
+        Nothing here waits for the device (on a single process): the loss sums and the gradient norm stay on the
+        device in :attr:`pending` until :meth:`settle` reads them, at log intervals and before every checkpoint.
+        Returns the learning rate and the update's token counts.
+        """
         local = [float(sum(b.n_tgt_tokens for b in batches)), float(sum(b.n_src_tokens for b in batches))]
         tgt_tokens, src_tokens = all_sum(self.rt, local)
         self.net.train()
-        loss_sum = nll_sum = 0.0
+        sums = torch.zeros(2, device=self.rt.device)  # label-smoothed loss and NLL, summed over target tokens
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             sync = contextlib.nullcontext() if last or not self.rt.distributed else self.net.no_sync()  # type: ignore[operator]
@@ -180,31 +208,61 @@ class Trainer:
                 loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing,
                                                self.model.logit_mask)
                 self.scaler.scale(loss * (self.rt.world_size / tgt_tokens)).backward()
-            loss_sum += float(loss.detach())
-            nll_sum += float(nll.detach())
-        loss_sum, nll_sum = all_sum(self.rt, [loss_sum, nll_sum])
+            sums += torch.stack([loss.detach(), nll.detach()]).float()
         step = self.progress.step + 1
-        if not math.isfinite(loss_sum) and self.rt.precision != "fp16":
-            raise self.diverged("training loss", loss_sum, step)
         rate = self.lr.apply(self.optimizer, step)
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg.train.clip_norm if self.cfg.train.clip_norm > 0 else float("inf")
-        gnorm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
-        if not math.isfinite(gnorm) and not self.scaler.is_enabled():  # fp16: the scaler skips this step
-            raise self.diverged("gradient norm", gnorm, step)
-        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        if self.scaler.is_enabled() and self.scaler.get_scale() < scale_before:
-            self.progress.skipped_steps += 1
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        skipped = None
+        if self.scaler.is_enabled():  # fp16: the scaler skips a step with non-finite gradients and lowers its scale
+            scale_before = self.scaler._get_scale_async().clone()  # type: ignore[union-attr]
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            skipped = self.scaler._get_scale_async() < scale_before  # type: ignore[operator]
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step = step
-        return {"loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens, "lr": rate, "gnorm": gnorm,
-                "tgt_tokens": tgt_tokens, "src_tokens": src_tokens}
+        self.pending.append(PendingStep(step, torch.cat([sums, gnorm.detach().float().reshape(1)]), skipped, rate,
+                                        tgt_tokens, src_tokens))
+        if len(self.pending) >= MAX_PENDING:
+            self.settle()
+        return {"lr": rate, "tgt_tokens": tgt_tokens, "src_tokens": src_tokens}
+
+    def settle(self) -> dict[str, float] | None:
+        """Read the pending updates' figures from the device (one synchronisation) and stop at the first update
+        whose loss or gradient norm was not finite (fp16 skips those instead, counting them).
+
+        Returns the latest update's figures (``loss``, ``nll`` per target token, ``gnorm``, ``lr``, token counts),
+        or None before the first update.
+        """
+        pending, self.pending = self.pending, []
+        if not pending:
+            return self.figures
+        values = torch.stack([p.values for p in pending])  # (n, 3): loss sum, NLL sum, gradient norm
+        if self.rt.distributed:  # the sums are per rank; the gradient norm is already global
+            sums = values[:, :2].contiguous()
+            torch.distributed.all_reduce(sums)
+            values = torch.cat([sums, values[:, 2:]], dim=1)
+        skipped = [p.skipped for p in pending if p.skipped is not None]
+        if skipped:
+            self.progress.skipped_steps += int(torch.stack(skipped).sum())
+        rows = values.tolist()
+        for p, (loss_sum, _, gnorm) in zip(pending, rows, strict=True):
+            if not math.isfinite(loss_sum) and self.rt.precision != "fp16":
+                raise self.diverged("training loss", loss_sum, p.step)
+            if not math.isfinite(gnorm) and not self.scaler.is_enabled():
+                raise self.diverged("gradient norm", gnorm, p.step)
+        last, (loss_sum, nll_sum, gnorm) = pending[-1], rows[-1]
+        self.figures = {"loss": loss_sum / last.tgt_tokens, "nll": nll_sum / last.tgt_tokens, "lr": last.lr,
+                        "gnorm": gnorm, "tgt_tokens": last.tgt_tokens, "src_tokens": last.src_tokens}
+        return self.figures
 
     # ---------------------------------------------------------------------------------------------- evaluation
     def evaluate(self, log: RunLog) -> float:
         """Dev loss and BLEU on rank 0, shared with all ranks; updates best checkpoint and the plateau schedule."""
+        self.settle()
         p, t = self.progress, self.cfg.train
         record: dict[str, Any] = {"step": p.step, "epoch": p.epoch}
         bleu = dev = 0.0
@@ -286,6 +344,7 @@ class Trainer:
         started, start_seconds = time.time(), p.train_seconds
         window = {"tokens": 0.0, "time": time.time()}
         reason = ""
+        loader = BatchLoader(self.data.train, self.rt.device)
         try:
             while not (reason := self.stop_reason(started, start_seconds)):
                 batches = self.epoch_batches(p.epoch)
@@ -293,8 +352,10 @@ class Trainer:
                 if p.batch_in_epoch + uf > len(batches):
                     p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                     continue
-                chunk = batches[p.batch_in_epoch:p.batch_in_epoch + uf]
-                stats = self.train_step([collate(self.data.train, ix).to(self.rt.device) for ix in chunk])
+                start, ahead = p.batch_in_epoch, p.batch_in_epoch + uf
+                following = batches[ahead:ahead + uf] if ahead + uf <= len(batches) else None
+                stats = self.train_step(loader.get((p.epoch, start), batches[start:ahead], (p.epoch, ahead),
+                                                   following))
                 p.batch_in_epoch += uf
                 p.train_seconds = start_seconds + time.time() - started
                 window["tokens"] += stats["tgt_tokens"] + stats["src_tokens"]
@@ -312,6 +373,7 @@ class Trainer:
             log.line(f"stopped at step {p.step} (epoch {p.epoch}): {reason}; best dev BLEU {p.best_bleu:.2f} "
                      f"at step {p.best_step}" + (f"; {p.skipped_steps} fp16 steps skipped" if p.skipped_steps else ""))
         finally:
+            loader.close()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             log.close()
@@ -319,10 +381,16 @@ class Trainer:
                 "reason": reason, "signal": self.stop_signal, "train_seconds": p.train_seconds}
 
     def report(self, log: RunLog, stats: dict[str, float], window: dict[str, float]) -> None:
+        """Log every ``train.log_every`` updates (the only place a training step's figures leave the device)."""
         p, t = self.progress, self.cfg.train
         elapsed = max(time.time() - window["time"], 1e-9)
         tok_s = window["tokens"] / elapsed
-        log.advance(1, {"loss": f"{stats['loss']:.3f}", "lr": f"{stats['lr']:.2e}", "tok/s": f"{tok_s:.0f}"})
+        if p.step % t.log_every == 0:
+            settled = self.settle()
+            assert settled is not None  # this update was pending, or train_step has just settled it
+            stats = settled
+            self.postfix = {"loss": f"{stats['loss']:.3f}", "lr": f"{stats['lr']:.2e}", "tok/s": f"{tok_s:.0f}"}
+        log.advance(1, self.postfix)
         if p.step % t.log_every == 0:
             log.line(f"step {p.step} | epoch {p.epoch} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
                      f"lr {stats['lr']:.3e} | gnorm {stats['gnorm']:.3f} | batch {stats['tgt_tokens']:.0f} tgt + "

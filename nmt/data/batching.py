@@ -49,19 +49,26 @@ class Batch:
     src: torch.Tensor  # (B, S)
     tgt_in: torch.Tensor  # (B, T)
     tgt_out: torch.Tensor  # (B, T)
+    # Non-PAD token counts, counted once where the batch is built (-1: count now). They travel with the batch, so
+    # reading them from a batch on the GPU costs no device-to-host synchronisation.
+    n_src_tokens: int = -1
+    n_tgt_tokens: int = -1
 
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD).sum())
-
-    @property
-    def n_src_tokens(self) -> int:
-        return int((self.src != PAD).sum())
+    def __post_init__(self) -> None:
+        if self.n_src_tokens < 0:
+            object.__setattr__(self, "n_src_tokens", int((self.src != PAD).sum()))
+        if self.n_tgt_tokens < 0:
+            object.__setattr__(self, "n_tgt_tokens", int((self.tgt_out != PAD).sum()))
 
     def to(self, device: torch.device) -> Batch:
-        nb = device.type == "cuda"
+        nb = device.type == "cuda"  # asynchronous from pinned memory; the caching host allocator keeps it alive
         return Batch(self.src.to(device, non_blocking=nb), self.tgt_in.to(device, non_blocking=nb),
-                     self.tgt_out.to(device, non_blocking=nb))
+                     self.tgt_out.to(device, non_blocking=nb), self.n_src_tokens, self.n_tgt_tokens)
+
+    def pin_memory(self) -> Batch:
+        """The batch in page-locked host memory, from which copies to a CUDA device run asynchronously."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.n_src_tokens,
+                     self.n_tgt_tokens)
 
 
 def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, epoch: int,
