@@ -31,9 +31,10 @@ def overflow_at(calls: set[int], monkeypatch: pytest.MonkeyPatch) -> None:
     real = nmt.train.label_smoothed_nll
     seen = [0]
 
-    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
+             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         seen[0] += 1
-        value, nll = real(logits, target, epsilon)
+        value, nll = real(logits, target, epsilon, keep)
         return (value * math.inf, nll) if seen[0] in calls else (value, nll)
 
     monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)

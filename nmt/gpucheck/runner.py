@@ -98,10 +98,14 @@ def make_settings(args: argparse.Namespace, device: str, work: Path) -> Settings
     bpe_size = int((yaml.safe_load(paper.read_text(encoding="utf-8")) or {}).get("data", {}).get("bpe_size", 8000)) \
         if paper.is_file() else 8000
     data_dir, pair = resolve_data(args.data, args.pair, work, bpe_size)
+    # the runs train on what was prepared: nmt train refuses a config whose BPE size differs from the data's
+    prepared = json.loads((data_dir / pair / "meta.json").read_text(encoding="utf-8"))["bpe_size"]
+    tree = tiny_tree(data_dir, pair, device, args.dry_run)
+    tree["data"]["bpe_size"] = prepared
     tiny = work / "tiny.yaml"
-    tiny.write_text(yaml.safe_dump(tiny_tree(data_dir, pair, device, args.dry_run)), encoding="utf-8")
-    common = [f"data.data_dir={data_dir}", f"data.pair={pair}", f"train.device={device}", "train.progress=false",
-              "train.tensorboard=false"]
+    tiny.write_text(yaml.safe_dump(tree), encoding="utf-8")
+    common = [f"data.data_dir={data_dir}", f"data.pair={pair}", f"data.bpe_size={prepared}", f"train.device={device}",
+              "train.progress=false", "train.tensorboard=false"]
     if args.dry_run or not paper.is_file():
         return Settings(device, args.dry_run, str(work), str(data_dir), pair, str(tiny), common, [], str(tiny),
                         args.eval_every or 20)
