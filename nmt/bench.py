@@ -28,6 +28,7 @@ import torch
 
 from nmt.config import Config, load_config
 from nmt.data.batching import collate
+from nmt.hardware import describe_machine, machine_info
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
@@ -169,7 +170,9 @@ def _test_sources(cfg: Config, n: int) -> list[list[int]]:
     return rows[:n]
 
 
-def _decoder(trainer: Trainer, settings: BenchSettings) -> Callable[[list[list[int]], int], list[list[int]]]:
+def _decoder(trainer: Trainer,
+             settings: BenchSettings) -> tuple[Callable[[list[list[int]], int], list[list[int]]], Runtime]:
+    """The decoding function under test, and the runtime (device, resolved precision) it decodes with."""
     from nmt.checkpoint import load_checkpoint, restore_model
     from nmt.translate import Translator
 
@@ -185,7 +188,7 @@ def _decoder(trainer: Trainer, settings: BenchSettings) -> Callable[[list[list[i
     def translate(sources: list[list[int]], beam: int) -> list[list[int]]:
         return [nbest[0].tokens for nbest in translator.translate_ids(sources, beam=beam, nbest=1)]
 
-    return translate
+    return translate, translator.runtime
 
 
 def run_bench(cfg: Config, settings: BenchSettings) -> dict[str, Any]:
@@ -204,19 +207,21 @@ def run_bench(cfg: Config, settings: BenchSettings) -> dict[str, Any]:
         decode: dict[str, Any] = {}
         if settings.decode_sentences > 0:
             sources = _test_sources(cfg, settings.decode_sentences)
-            translate = _decoder(trainer, settings)
+            translate, decoding = _decoder(trainer, settings)
             decode[f"beam{settings.beam}"] = time_decoding(translate, sources, settings.beam, settings.repeats,
                                                            runtime.device)
             decode["greedy"] = time_decoding(translate, sources, 1, settings.repeats, runtime.device)
             decode["checkpoint"] = settings.checkpoint
-            decode["precision"] = cfg.decode.precision
+            decode["precision"] = decoding.precision
+            decode["precision_reason"] = decoding.precision_reason
         memory["peak_rss_mb_after_decoding"] = peak_rss_mb()
     finally:
         teardown(runtime)
     return {
         "system": cfg.system, "pair": cfg.data.pair, "device": str(runtime.device), "precision": runtime.precision,
-        "compile": cfg.train.compile, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "cpu_count": os.cpu_count(), "parameters": n_params,
+        "precision_reason": runtime.precision_reason, "machine": machine_info(), "compile": cfg.train.compile,
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
+        "parameters": n_params,
         "model": {"enc_layers": cfg.model.enc_layers, "dec_layers": cfg.model.dec_layers,
                   "d_model": cfg.model.d_model, "d_ff": cfg.model.d_ff, "n_heads": cfg.model.n_heads,
                   "attention": cfg.model.attention, "norm": cfg.model.norm, "fixnorm": cfg.model.fixnorm},
@@ -234,8 +239,9 @@ def format_report(result: dict[str, Any]) -> str:
     t, m = result["train"], result["memory"]
     lines = [
         f"nmt bench: {result['system']} on {result['pair']}, {result['parameters'] / 1e6:.2f}M parameters, "
-        f"{result['device']} ({result['threads']} threads), {result['precision']}"
-        + (", compiled" if result["compile"] else ""),
+        f"{result['device']} ({result['threads']} threads), precision {result['precision']} "
+        f"({result['precision_reason']})" + (", compiled" if result["compile"] else ""),
+        f"machine: {describe_machine(result['machine'])}",
         f"load average before {result['load_before']} after {result['load_after']} "
         f"(cpu count {result['cpu_count']})",
         f"training ({t['steps']} steps x {t['repeats']} repeats after {t['warmup']} warm-up, median (±half range)):",
@@ -248,7 +254,7 @@ def format_report(result: dict[str, Any]) -> str:
                             if "cuda_max_allocated_mb" in m else ""),
     ]
     for name, d in result["decode"].items():
-        if name in ("checkpoint", "precision"):
+        if name in ("checkpoint", "precision", "precision_reason"):
             continue
         lines.append(f"decoding {name}, {result['decode']['precision']} ({d['sentences']} test sentences, "
                      f"{d['mean_output_tokens']:.1f} output tokens each): {_fmt(d['sentences_per_s'], 1)} "

@@ -1,29 +1,28 @@
 """Device, precision and process-group set-up, resolved once per run.
 
-``train.device=auto`` picks CUDA when present; ``train.precision=auto`` picks bf16 on GPUs that support it and
-fp32 on CPU. Under ``torchrun`` (``WORLD_SIZE > 1``) a process group is created: nccl on GPU, gloo on CPU.
+``train.device=auto`` picks CUDA when present; ``train.precision=auto`` (and ``decode.precision=auto``) picks bf16
+on GPUs that support it (else fp16), and on a CPU bf16 only where it runs bf16 matmuls natively
+(:func:`nmt.hardware.bf16_support`), fp32 otherwise. The choice and why are kept in :attr:`Runtime.precision_reason`
+for the first log line; an explicit ``bf16`` on a CPU without native bf16 runs, with one warning. Under
+``torchrun`` (``WORLD_SIZE > 1``) a process group is created: nccl on GPU, gloo on CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from nmt import hardware
 from nmt.errors import NmtError
+from nmt.hardware import ONEDNN_CACHE
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-# bf16 matmuls on CPU go through oneDNN, which caches one primitive (with its packed weights and scratchpad) per
-# input shape, 1024 by default. Token-budget batches have many shapes, so a 60-minute bf16 training process grew
-# to ~5 GB RSS. Peak RSS after one bench epoch (95 updates, 2 threads): 3.48 GB with 1024, 2.32 GB with 64, 1.90 GB
-# with 0, at 83 / 87 / 95 s (single runs, ~5% noise). Read by oneDNN when it creates its first primitive; a value
-# the user set is kept.
-ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
-
 
 @dataclass(frozen=True)
 class Runtime:
@@ -33,6 +32,11 @@ class Runtime:
     precision: str  # fp32 | bf16 | fp16
     rank: int = 0
     world_size: int = 1
+    precision_reason: str = ""  # why this precision, e.g. "auto: CPU has native bf16 (...)"
+
+    def describe_precision(self) -> str:
+        """``bf16 (auto: CPU has native bf16 ...)``: the precision and why, for the first log line."""
+        return f"{self.precision} ({self.precision_reason})" if self.precision_reason else self.precision
 
     @property
     def is_main(self) -> bool:
@@ -56,17 +60,53 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-def resolve_precision(name: str, device: torch.device, setting: str = "train.precision") -> str:
-    """``auto`` is bf16 on GPUs that support it (else fp16) and fp32 on CPU; ``setting`` names the option in errors."""
+@dataclass(frozen=True)
+class Precision:
+    """A resolved precision and why it was chosen."""
+
+    name: str  # fp32 | bf16 | fp16
+    reason: str
+
+
+def choose_precision(name: str, device: torch.device, setting: str = "train.precision") -> Precision:
+    """Resolve ``auto`` and check ``name`` for ``device``; ``setting`` names the option in errors and messages.
+
+    ``auto`` is bf16 on GPUs that support it (else fp16); on a CPU, bf16 where it runs bf16 matmuls natively and
+    fp32 otherwise. An explicit bf16 on a CPU without native bf16 is kept, with one warning on stderr.
+    """
     if name not in ("auto", *DTYPES):
         raise NmtError(f"{setting} {name!r} is not one of auto, {', '.join(DTYPES)}")
-    if name == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
-    if name == "fp16" and device.type != "cuda":
+    if device.type == "cuda":
+        if name != "auto":
+            return Precision(name, f"set by {setting}")
+        if torch.cuda.is_bf16_supported():
+            return Precision("bf16", "auto: the GPU supports bf16")
+        return Precision("fp16", "auto: the GPU has no bf16; fp16 with loss scaling")
+    if name == "fp16":
         raise NmtError(f"{setting} 'fp16' needs CUDA; use bf16 or fp32 on CPU")
-    return name
+    if name == "fp32":
+        return Precision(name, f"set by {setting}")
+    if device.type != "cpu":  # another accelerator (e.g. Apple's mps): the CPU's bf16 says nothing about it
+        if name == "auto":
+            return Precision("fp32", f"auto: fp32 on {device.type}")
+        return Precision(name, f"set by {setting}")
+    support = hardware.bf16_support()
+    if name == "auto":
+        return Precision("bf16" if support.native else "fp32", f"auto: {support.reason}")
+    if not support.native:
+        warn_emulated_bf16(setting, support.reason)
+    return Precision(name, f"set by {setting}; {support.reason}")
+
+
+@functools.cache
+def warn_emulated_bf16(setting: str, reason: str) -> None:
+    """Warn once per process and option that bf16 was asked for where it is emulated."""
+    print(f"warning: {setting} is bf16, but {reason}; running anyway (fp32 or auto is faster here)", file=sys.stderr)
+
+
+def resolve_precision(name: str, device: torch.device, setting: str = "train.precision") -> str:
+    """The precision :func:`choose_precision` resolves ``name`` to: fp32, bf16 or fp16."""
+    return choose_precision(name, device, setting).name
 
 
 def setup(device: str, precision: str) -> Runtime:
@@ -79,9 +119,9 @@ def setup(device: str, precision: str) -> Runtime:
             torch.cuda.set_device(dev)
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     rank = dist.get_rank() if world > 1 else 0
-    resolved = resolve_precision(precision, dev)
-    bound_onednn_cache(dev, resolved)
-    return Runtime(dev, resolved, rank, world)
+    chosen = choose_precision(precision, dev)
+    bound_onednn_cache(dev, chosen.name)
+    return Runtime(dev, chosen.name, rank, world, chosen.reason)
 
 
 def bound_onednn_cache(device: torch.device, precision: str) -> None:

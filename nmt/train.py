@@ -26,6 +26,7 @@ from nmt.config import Config, config_to_dict
 from nmt.data.batching import Batch, collate, make_batches
 from nmt.errors import NmtError
 from nmt.evaluate import tokenized_bleu
+from nmt.hardware import describe_machine, machine_info
 from nmt.loss import label_smoothed_nll
 from nmt.model import build_model
 from nmt.optim import LRController, build_optimizer
@@ -278,6 +279,7 @@ class Trainer:
         p, t = self.progress, self.cfg.train
         log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
         log.line(self.describe(resumed=resume and p.step > 0))
+        log.line(f"machine: {describe_machine(machine_info())}")  # what the run's speed figures were measured on
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         started, start_seconds = time.time(), p.train_seconds
         window = {"tokens": 0.0, "time": time.time()}
@@ -336,7 +338,7 @@ class Trainer:
                 f"{n_params / 1e6:.2f}M parameters, {len(d.train)} training pairs ({d.dropped_long} longer than "
                 f"data.max_len skipped), {len(d.dev.data)} dev pairs, vocab {d.vocab_size}, QKNorm L "
                 f"{d.qknorm_length:.1f}, device {self.rt.device} x{self.rt.world_size}, precision "
-                f"{self.rt.precision}, step {self.progress.step}")
+                f"{self.rt.describe_precision()}, step {self.progress.step}")
 
     def write_run_files(self) -> None:
         import yaml

@@ -29,7 +29,7 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
-from nmt.runtime import Runtime, bound_onednn_cache, resolve_device, resolve_precision
+from nmt.runtime import Runtime, bound_onednn_cache, choose_precision, resolve_device
 from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
@@ -76,8 +76,9 @@ class Translator:
         self.tokenizer = tokenizer
         self.device = device
         # the runtime's autocast() is the decoding arithmetic
-        self.runtime = Runtime(device, resolve_precision(precision or config.decode.precision, device,
-                                                         "decode precision"))
+        chosen = choose_precision(precision or config.decode.precision, device,
+                                  "decode precision" if precision else "decode.precision")
+        self.runtime = Runtime(device, chosen.name, precision_reason=chosen.reason)
         bound_onednn_cache(device, self.runtime.precision)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
         self.max_source_pieces = config.model.max_positions - POSITION_MARGIN

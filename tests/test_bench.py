@@ -37,6 +37,9 @@ def test_bench_json(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     for key in ("system", "device", "precision", "parameters", "train", "memory", "decode", "load_before",
                 "load_after", "config"):
         assert key in result, key
+    assert result["precision"] == "fp32" and result["precision_reason"] == "set by train.precision"
+    assert result["machine"]["cpu"] and result["machine"]["torch"] and result["machine"]["threads"] >= 1
+    assert result["decode"]["precision"] == "fp32"
     train = result["train"]
     assert train["steps"] == 2 and train["repeats"] == 1
     for key in ("src_tgt_tokens_per_s", "tgt_tokens_per_s", "sentences_per_s", "steps_per_s"):

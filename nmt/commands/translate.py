@@ -4,6 +4,8 @@ Input is --input FILE or stdin; output is --output FILE (written to a temporary 
 crash never leaves a partial file) or stdout. From an interactive terminal each line is translated as soon as it is
 entered. Decoding settings default to the checkpoint's `decode` section. With --nbest K > 1, each input gives K
 lines `INDEX<TAB>SCORE<TAB>TEXT` (INDEX = 0-based input line, SCORE = length-penalised log-probability), best first.
+With --input, or interactively, stderr first says the decoding precision and why (e.g. ``precision fp32 (set by
+decode.precision)``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
                         help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
-                             "with AVX-512 bf16, fp16 needs CUDA, auto is bf16 on GPU and fp32 on CPU")
+                             "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, auto "
+                             "is bf16 on GPUs and on CPUs with native bf16, fp32 otherwise")
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -84,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     interactive = args.input is None and output is None and sys.stdin.isatty()
     lines = [] if interactive else list(iter_lines(args.input) if args.input else _stdin_lines())
     translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
+    if interactive or args.input is not None:  # not when filtering stdin to stdout
+        print(f"precision {translator.runtime.describe_precision()}", file=sys.stderr)
     if interactive:
         _stream(translator, args)
         return 0
