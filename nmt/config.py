@@ -24,6 +24,7 @@ AttentionName = Literal["scaled_dot", "qknorm", "qk_rmsnorm"]
 InitName = Literal["smallinit", "xavier"]
 ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
+DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/quantize.py, CPU only
 DeviceName = Literal["auto", "cpu", "cuda"]
 SystemName = Literal[
     "custom",
@@ -114,7 +115,7 @@ class DecodeConfig:
     max_len_b: int = 50
     max_tokens: int = 8000
     nbest: int = 1
-    precision: PrecisionName = "fp32"
+    precision: DecodePrecisionName = "fp32"
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
     parser.add_argument("--max-tokens", type=int, help="padded source tokens per batch (default: decode.max_tokens)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16", "int8"], default=None,
                         help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
-                             "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, auto "
-                             "is bf16 on GPUs and on CPUs with native bf16, fp32 otherwise")
+                             "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, int8 "
+                             "(CPU) quantizes the Linear layers, auto is bf16 on GPUs and on a CPU the fastest of "
+                             "fp32, native bf16 and int8 by a short probe")
 
 
 def _stdin_lines() -> Iterator[str]:
