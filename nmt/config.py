@@ -30,6 +30,7 @@ InitName = Literal["smallinit", "xavier"]
 ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 SearchName = Literal["official", "fairseq"]
+DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/quantize.py, CPU only
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 SystemName = Literal[
     "custom",
@@ -122,7 +123,7 @@ class DecodeConfig:
     max_len_b: int = 50
     max_tokens: int = 8000
     nbest: int = 1
-    precision: PrecisionName = "fp32"
+    precision: DecodePrecisionName = "fp32"
     search: SearchName = "official"  # beam-search rules: the papers' decoder, or fairseq's (see nmt/search)
 
 

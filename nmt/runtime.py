@@ -47,7 +47,7 @@ class Runtime:
         return self.world_size > 1
 
     def autocast(self) -> contextlib.AbstractContextManager[None]:
-        if self.precision == "fp32":
+        if self.precision not in DTYPES or self.precision == "fp32":  # int8 decoding: quantized layers, no autocast
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=DTYPES[self.precision])
 

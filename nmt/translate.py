@@ -18,7 +18,7 @@ import itertools
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -31,7 +31,8 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
-from nmt.runtime import Runtime, bound_onednn_cache, choose_precision, resolve_device
+from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
+from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
 from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
@@ -80,8 +81,10 @@ class Translator:
         self.tokenizer = tokenizer
         self.device = device
         # the runtime's autocast() is the decoding arithmetic
-        chosen = choose_precision(precision or config.decode.precision, device,
-                                  "decode precision" if precision else "decode.precision")
+        chosen = choose_decode_precision(precision or config.decode.precision, device,
+                                         "decode precision" if precision else "decode.precision")
+        if chosen.name == INT8:  # an int8 copy of the Linear layers (nmt/quantize.py); autocast stays off
+            self.model = cast(Seq2Seq[Any], quantize_for_decoding(cast(torch.nn.Module, model)))
         self.runtime = Runtime(device, chosen.name, precision_reason=chosen.reason)
         bound_onednn_cache(device, self.runtime.precision)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
@@ -89,7 +92,7 @@ class Translator:
 
     @property
     def precision(self) -> str:
-        """The resolved decoding precision: fp32, bf16 or fp16."""
+        """The resolved decoding precision: fp32, bf16, fp16 or int8."""
         return self.runtime.precision
 
     @classmethod

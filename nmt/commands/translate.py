@@ -50,10 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--buffer-size", type=int, default=BUFFER_SIZE,
                         help="input lines read and translated at a time; bounds memory (default: %(default)s)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16", "int8"], default=None,
                         help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
-                             "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, auto "
-                             "is bf16 on GPUs and on CPUs with native bf16, fp32 otherwise")
+                             "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, int8 "
+                             "(CPU) quantizes the Linear layers, auto is bf16 on GPUs and on a CPU the fastest of "
+                             "fp32, native bf16 and int8 by a short probe")
     add_quiet(parser)
 
 

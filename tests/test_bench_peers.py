@@ -1,0 +1,26 @@
+"""scripts/bench_peers' decoding report puts every decoder (ours in each precision, fairseq, CTranslate2's compute
+types) side by side with its BLEU, and its ratios come from the same run's records."""
+
+from __future__ import annotations
+
+from tests.test_precision import load_bench_peers
+
+
+def record(pieces_per_s: float, bleu: float) -> dict[str, object]:
+    return {"sentences_per_s": pieces_per_s / 30, "tokens_per_s": pieces_per_s, "mean_output_tokens": 30.0,
+            "bleu_tokenized": bleu, "peak_rss_mb": 500.0, "load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 1, 1]}
+
+
+def test_decode_table_lists_every_decoder_with_bleu_and_ratios() -> None:
+    peers = load_bench_peers()
+    trained = {"minutes": 30, "fairseq_minutes": 60, "updates": {"ours": 900, "fairseq": 1800},
+               "ours_train_precision": "bf16", "fairseq": record(1000, 7.3), "ours": record(1500, 7.1),
+               "ours-bf16": record(2000, 7.2), "ours-int8": record(2500, 7.0), "ct2-float32": record(1250, 7.3),
+               "ct2-int8": record(2000, 7.2)}
+    lines = peers.decode_table(trained, 1112)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "---" not in line}
+    assert set(rows) == {"tool", "nmt (ours), fp32", "nmt (ours), bf16 autocast", "nmt (ours), int8",
+                         "fairseq 0.12.3.1, fp32", "CTranslate2 4.8.5, float32", "CTranslate2 4.8.5, int8"}
+    assert "| 7.00 | 83.3 | 2,500 | 30.0 | 500 | 2.50x | 1.25x | 1.0 → 2.0 |" in rows["nmt (ours), int8"]
+    assert "| 1800 | 7.30 |" in rows["fairseq 0.12.3.1, fp32"] and "| 0.50x |" in rows["fairseq 0.12.3.1, fp32"]
+    assert "first 1112 test sentences" in "\n".join(lines)
