@@ -49,6 +49,7 @@ class Progress:
     skipped_steps: int = 0
     train_seconds: float = 0.0
     last_eval_step: int = -1
+    stopped: str = ""  # why the run stopped by itself (a finished run); "" while it runs or after an interrupt
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -279,6 +280,7 @@ class Trainer:
             remove_temporaries(self.save_dir)  # left by a run killed in the middle of a checkpoint write
             self.write_run_files()
         p, t = self.progress, self.cfg.train
+        p.stopped = ""
         log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
         log.line(self.describe(resumed=resume and p.step > 0))
         log.line(f"machine: {describe_machine(machine_info())}")  # what the run's speed figures were measured on
@@ -305,9 +307,10 @@ class Trainer:
                     self.save(f"checkpoint_{p.step}.pt")
                     self.prune_numbered()
             p.train_seconds = start_seconds + time.time() - started  # a time-limited run stays stopped on resume
+            p.stopped = "" if reason == "interrupted" else reason
             if p.last_eval_step != p.step and reason != "interrupted":
                 self.evaluate(log)
-            elif p.last_eval_step != p.step or reason == "interrupted":
+            else:
                 self.save("checkpoint_last.pt")
             log.line(f"stopped at step {p.step} (epoch {p.epoch}): {reason}; best dev BLEU {p.best_bleu:.2f} "
                      f"at step {p.best_step}" + (f"; {p.skipped_steps} fp16 steps skipped" if p.skipped_steps else ""))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from nmt.errors import NmtError
-from nmt.plots import new_figure, save_figure
+from nmt.experiments.plots import new_figure, save_figure
 from nmt.translate import Translator
 from nmt.vocab import BOS, EOS
 
