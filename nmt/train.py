@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from nmt import rng
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, remove_temporaries, save_checkpoint, tensor_to_bytes
+from nmt.checkpoint import load_checkpoint, model_payload, remove_temporaries, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, Config, config_to_dict
 from nmt.data.batching import Batch, collate, make_batches
 from nmt.errors import NmtError
@@ -81,13 +81,8 @@ class Trainer:
     # ----------------------------------------------------------------------------------------------- checkpoints
     def payload(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
-            "config": config_to_dict(self.cfg),
-            "spm": bytes_to_tensor(self.data.spm_bytes),
-            "vocab_size": self.data.vocab_size,
-            "qknorm_length": self.data.qknorm_length,
-            "step": self.progress.step,
-            "epoch": self.progress.epoch,
+            **model_payload(self.model.state_dict(), config_to_dict(self.cfg), self.data.spm_bytes,
+                            self.data.vocab_size, self.data.qknorm_length, self.progress.step, self.progress.epoch),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.lr.state_dict(),
             "scaler": self.scaler.state_dict(),

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt import cli
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, restore_model, save_checkpoint
+from nmt.checkpoint import load_checkpoint, model_payload, restore_model, save_checkpoint
 from nmt.config import config_from_dict, config_to_dict
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
@@ -46,9 +46,8 @@ def tiny_checkpoint(directory: Path, name: str = "tiny.pt", seed: int = 0, **mod
     torch.manual_seed(seed)
     net = build_model(config.model, tokenizer.vocab_size, QKNORM_LENGTH)
     path = directory / name
-    save_checkpoint(path, {"model": net.state_dict(), "config": config_to_dict(config),
-                           "spm": bytes_to_tensor(tokenizer.model_bytes()), "vocab_size": tokenizer.vocab_size,
-                           "qknorm_length": QKNORM_LENGTH, "step": 0, "epoch": 0})
+    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(),
+                                        tokenizer.vocab_size, QKNORM_LENGTH))
     return path
 
 

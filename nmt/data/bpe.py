@@ -17,6 +17,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from nmt.atomic import atomic_write_bytes
 from nmt.errors import NmtError
 from nmt.vocab import BOS, EOS, PAD, UNK
 
@@ -97,12 +98,6 @@ def _train_once(sentences: list[str], vocab_size: int, threads: int) -> bytes:
     return model.getvalue()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def train_sentencepiece(sentences: list[str], out_dir: str | Path, vocab_size: int, *,
                         max_sentences: int = MAX_SENTENCES, seed: int = SEED) -> int:
     """Train the joint BPE model and write ``out_dir/spm.model`` and ``out_dir/spm.vocab`` atomically.
@@ -142,6 +137,6 @@ def train_sentencepiece(sentences: list[str], out_dir: str | Path, vocab_size: i
     tokenizer = SentencePieceTokenizer(model)
     vocab = "".join(f"{piece}\t{score:g}\n" for piece, score in tokenizer.piece_scores())
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out_dir / "spm.vocab", vocab.encode("utf-8"))
-    _write_atomic(out_dir / "spm.model", model)
+    atomic_write_bytes(out_dir / "spm.vocab", vocab.encode("utf-8"))
+    atomic_write_bytes(out_dir / "spm.model", model)
     return tokenizer.vocab_size

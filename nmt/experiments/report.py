@@ -24,10 +24,10 @@ from nmt.atomic import atomic_write_text
 from nmt.errors import NmtError
 from nmt.evaluate import paired_bootstrap
 from nmt.experiments.published import BASELINE, QKNORM_AVERAGE_GAIN, reference_score
+from nmt.model import site_of
 
-# Kind of attention → (module-name prefix, suffix); names as in ``Transformer.attention_modules``.
-GAIN_KINDS = {"encoder self": ("encoder.", ".self_attn"), "decoder self": ("decoder.", ".self_attn"),
-              "cross": ("decoder.", ".cross_attn")}
+# Label of each kind of attention (``nmt.model.ATTENTION_SITES``) in the gain summary.
+GAIN_KINDS = {"encoder": "encoder self", "decoder": "decoder self", "cross": "cross"}
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,10 @@ def gain_summary(gains: dict[str, float]) -> dict[str, Any]:
     def stats(values: list[float]) -> dict[str, float]:
         return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
 
-    groups = {kind: [g for name, g in gains.items() if name.startswith(prefix) and name.endswith(suffix)]
-              for kind, (prefix, suffix) in GAIN_KINDS.items()}
+    groups: dict[str, list[float]] = {label: [] for label in GAIN_KINDS.values()}
+    for name, gain in gains.items():
+        if (site := site_of(name)) is not None:
+            groups[GAIN_KINDS[site[0]]].append(gain)
     return {"all": stats(list(gains.values())), **{kind: stats(v) for kind, v in groups.items() if v}}
 
 
