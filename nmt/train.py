@@ -12,7 +12,7 @@ import json
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -33,7 +33,7 @@ from nmt.optim import LRController, build_optimizer
 from nmt.run_log import RunLog
 from nmt.runtime import Runtime, all_sum, broadcast_floats, setup, teardown
 from nmt.train_data import TrainingData, load_training_data
-from nmt.validate import decode_ids, dev_loss
+from nmt.validation import decode_ids, dev_loss
 
 
 @dataclass
@@ -208,10 +208,8 @@ class Trainer:
             self.model.eval()
             loss, nll = dev_loss(self.model, self.data.dev, self.cfg.decode.max_tokens, self.rt, t.label_smoothing)
             dev = loss
-            beam = t.eval_beam or self.cfg.decode.beam
-            d = self.cfg.decode
-            ids = decode_ids(self.model, self.data.dev.data.src, beam, d.lenpen, d.max_len_a, d.max_len_b,
-                             d.max_tokens, self.rt, d.search)
+            settings = replace(self.cfg.decode, beam=t.eval_beam or self.cfg.decode.beam)
+            ids = decode_ids(self.model, self.data.dev.data.src, settings, self.rt)
             hyps = [self.data.tokenizer.decode(h) for h in ids]
             bleu = tokenized_bleu(hyps, self.data.dev.references)
             record.update(dev_loss=loss, dev_nll=nll, dev_ppl=math.exp(min(nll, 50)), bleu=bleu,

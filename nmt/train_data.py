@@ -15,7 +15,7 @@ from nmt.data.binarized import load_split
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.settings import check_prepared
 from nmt.errors import NmtError
-from nmt.validate import DevSet
+from nmt.validation import DevSet
 from nmt.vocab import EOS, UNK
 
 

@@ -4,7 +4,6 @@ cached incremental self-attention == full causal self-attention."""
 from __future__ import annotations
 
 import math
-import typing
 
 import pytest
 import torch

@@ -21,7 +21,7 @@ from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
 from nmt.model import build_model
 from nmt.search import beam_search, greedy_search
-from nmt.translate import Translator, make_batches
+from nmt.translate import Translator, decode_batches
 
 WORDS = "the a cat dog sat ran on under mat tree big small red blue , .".split()
 QKNORM_LENGTH = 20.0
@@ -139,9 +139,9 @@ def test_restore_model_and_mismatch(checkpoint: Path) -> None:
 
 # --- Translator ---------------------------------------------------------------------------------------------------
 
-def test_make_batches_respects_budget_and_covers_all() -> None:
+def test_decode_batches_respects_budget_and_covers_all() -> None:
     lengths = [5, 1, 9, 3, 3, 7, 2, 30]
-    batches = make_batches(lengths, max_tokens=12)
+    batches = decode_batches(lengths, max_tokens=12)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for batch in batches:
         assert len(batch) == 1 or max(lengths[i] for i in batch) * len(batch) <= 12

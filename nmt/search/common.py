@@ -11,7 +11,7 @@ from torch import Tensor
 from nmt.vocab import BOS, EOS, PAD
 
 
-class DecoderState(Protocol):
+class SearchState(Protocol):
     """Incremental decoding state: encoder output, cross-attention K/V and self-attention cache, one row each."""
 
     def select(self: StateT, index: Tensor) -> StateT:
@@ -19,7 +19,7 @@ class DecoderState(Protocol):
         ...
 
 
-StateT = TypeVar("StateT", bound=DecoderState)
+StateT = TypeVar("StateT", bound=SearchState)
 
 
 class Seq2Seq(Protocol[StateT]):

@@ -105,12 +105,12 @@ def _advance(
 def fairseq_beam_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    beam: int = 4,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    max_len_cap: int | None = None,
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int,
+    max_len_cap: int | None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of source sentences.
 
@@ -157,10 +157,10 @@ def fairseq_beam_search(
 def fairseq_greedy_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    max_len_cap: int | None = None,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    max_len_cap: int | None,
 ) -> list[list[Hypothesis]]:
     """Greedy decoding (arg-max each step); same rules and output type as :func:`fairseq_beam_search`."""
     batch, device = src.size(0), src.device

@@ -94,12 +94,12 @@ def _emit(pool: _Pool, done: Tensor, finished: list[list[Hypothesis]]) -> None:
 def official_beam_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    beam: int = 4,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    max_len_cap: int | None = None,
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int,
+    max_len_cap: int | None,
 ) -> list[list[Hypothesis]]:
     """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`)."""
     batch, device = src.size(0), src.device
@@ -141,10 +141,10 @@ def official_beam_search(
 def official_greedy_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    max_len_cap: int | None = None,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    max_len_cap: int | None,
 ) -> list[list[Hypothesis]]:
     """Arg-max decoding under the official rules: the same output as :func:`official_beam_search` with beam 1."""
     batch, device = src.size(0), src.device
