@@ -73,17 +73,9 @@ class SentencePieceTokenizer:
             return []
         return [list(ids) for ids in self._sp.Encode(texts, out_type=int, num_threads=threads)]
 
-    def pieces(self, text: str) -> list[str]:
-        """The pieces of one sentence as strings (for inspection)."""
-        return list(self._sp.Encode(text, out_type=str))
-
     def decode(self, ids: list[int]) -> str:
         """Text of a piece-id sequence; PAD, BOS and EOS are skipped, UNK becomes `` ⁇ ``."""
         return str(self._sp.Decode([int(i) for i in ids]))
-
-    def decode_batch(self, batch: list[list[int]]) -> list[str]:
-        """:meth:`decode` applied to each sequence."""
-        return [self.decode(ids) for ids in batch]
 
 
 def _train_once(sentences: list[str], vocab_size: int, threads: int) -> bytes:

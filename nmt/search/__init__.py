@@ -27,28 +27,35 @@ included, as fed to the model).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from torch import Tensor
 
 from nmt.config import DecodeConfig
-from nmt.search.common import Hypothesis, SearchState, Seq2Seq, StateT, length_penalty, max_lengths
-from nmt.search.fairseq import fairseq_beam_search, fairseq_greedy_search
-from nmt.search.official import official_beam_search, official_greedy_search
+from nmt.search import fairseq, official
+from nmt.search.common import (
+    GreedyRule,
+    Hypothesis,
+    SearchState,
+    Seq2Seq,
+    StateT,
+    greedy_loop,
+    length_penalty,
+    max_lengths,
+)
 
 __all__ = ["SEARCHES", "Hypothesis", "SearchState", "Seq2Seq", "beam_search", "decode", "greedy_search",
            "length_penalty", "max_lengths"]
 
 _DEFAULTS = DecodeConfig()  # the defaults live in DecodeConfig's fields only
 
-# decode.search -> (beam search, greedy search); the keys equal config.SearchName (checked by a test).
-SEARCHES: dict[str, tuple[Callable[..., list[list[Hypothesis]]], Callable[..., list[list[Hypothesis]]]]] = {
-    "official": (official_beam_search, official_greedy_search),
-    "fairseq": (fairseq_beam_search, fairseq_greedy_search),
+# decode.search -> (beam search, greedy rule); the keys equal config.SearchName (checked by a test).
+SEARCHES: dict[str, tuple[Callable[..., list[list[Hypothesis]]], GreedyRule]] = {
+    "official": (official.official_beam_search, official.greedy_rule),
+    "fairseq": (fairseq.fairseq_beam_search, fairseq.greedy_rule),
 }
 
 
-def _rules(search: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _rules(search: str) -> tuple[Callable[..., list[list[Hypothesis]]], GreedyRule]:
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r} (valid: {', '.join(SEARCHES)})")
     return SEARCHES[search]
@@ -96,7 +103,7 @@ def greedy_search(
     search: str = _DEFAULTS.search,
 ) -> list[list[Hypothesis]]:
     """Arg-max decoding: the 1-best of :func:`beam_search` with ``beam=1`` under the same rules, faster."""
-    return _rules(search)[1](model, src, lenpen, max_len_a, max_len_b, max_len_cap)
+    return greedy_loop(model, src, lenpen, max_lengths(src, max_len_a, max_len_b, max_len_cap), _rules(search)[1])
 
 
 def decode(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig,
