@@ -106,8 +106,16 @@ def _flatten(tree: dict[str, Any], prefix: str) -> list[str]:
 
 def cpu_overrides(pair: str) -> list[str]:
     """Dotted overrides that turn ``PAIR.yaml`` into a CPU recipe: the reference CPU preset's ``model`` and
-    ``train`` sections, and ``train.save_dir=runs/PAIR-cpu``. The data section (pair, BPE size) stays the pair's."""
-    reference = yaml.safe_load((config_dir() / f"{CPU_REFERENCE}.yaml").read_text(encoding="utf-8"))
-    sections = {key: reference.get(key) or {} for key in ("model", "train")}
-    sections["train"] = {**sections["train"], "save_dir": f"runs/{pair}-cpu"}
+    ``train`` sections (keys the pair sets and the reference does not go back to their defaults), and
+    ``train.save_dir=runs/PAIR-cpu``. The data section (pair, BPE size) stays the pair's."""
+    def read(name: str) -> dict[str, Any]:
+        return yaml.safe_load((config_dir() / f"{name}.yaml").read_text(encoding="utf-8")) or {}
+
+    reference, own, base = read(CPU_REFERENCE), read(pair), read("base")
+    sections: dict[str, Any] = {}
+    for key in ("model", "train"):
+        # what the pair's config sets and the reference leaves at its default goes back to the default (base.yaml)
+        unset = {k: base[key][k] for k in own.get(key) or {} if k not in (reference.get(key) or {})}
+        sections[key] = {**unset, **(reference.get(key) or {})}
+    sections["train"]["save_dir"] = f"runs/{pair}-cpu"
     return _flatten(sections, "")
