@@ -64,3 +64,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
     with atomic_open(path) as handle:
         handle.write(data)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` as UTF-8 to ``path`` so readers see either the old file or the whole new one."""
+    atomic_write_bytes(path, text.encode("utf-8"))

@@ -16,10 +16,9 @@ from typing import Any
 
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import load_checkpoint, model_payload, tensor_to_bytes
 from nmt.errors import NmtError
 
-KEPT_ENTRIES = ("config", "spm", "vocab_size", "qknorm_length", "step", "epoch")
 NON_ARCHITECTURE = ("dropout", "attn_dropout", "act_dropout", "word_dropout")
 
 
@@ -76,7 +75,12 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     payloads = [load_checkpoint(path) for path in paths]
     for path, payload in zip(paths[1:], payloads[1:]):
         check_compatible(payloads[0], payload, str(paths[0]), str(path))
-    result = {key: payloads[0][key] for key in KEPT_ENTRIES if key in payloads[0]}
-    result["model"] = average_state_dicts([payload["model"] for payload in payloads])
+    first = payloads[0]
+    for key in ("spm", "vocab_size"):
+        if key not in first:
+            raise NmtError(f"checkpoint {paths[0]} has no '{key}' entry (not a complete nmt checkpoint)")
+    result = model_payload(average_state_dicts([payload["model"] for payload in payloads]), first["config"],
+                           tensor_to_bytes(first["spm"]), int(first["vocab_size"]), first.get("qknorm_length"),
+                           int(first.get("step", 0)), int(first.get("epoch", 0)))
     result["averaged_from"] = [str(path) for path in paths]
     return result

@@ -26,22 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nmt.config import Config, load_config
+from nmt.config import Config
 from nmt.hardware import describe_machine, machine_info
 from nmt.loader import BatchLoader
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
-    from nmt.pipeline import RunSpec
     from nmt.train import Trainer
-
-# A "typical" paper-scale run, for estimate_paper_hours: the papers train until the learning rate has decayed below
-# stop_lr on dev-BLEU plateaus (or max_epochs), which has no closed form. We assume 50 epochs, but never fewer than
-# 3 x warmup_steps updates (the warmup itself plus the plateau decays that follow it; gl-en's 8000 warmup steps are
-# already ~80 of its epochs), and never more than train.max_epochs.
-TYPICAL_EPOCHS = 50
-WARMUP_MULTIPLE = 3
-
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -92,7 +83,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _trainer(cfg: Config, runtime: Runtime) -> Trainer:
+def make_trainer(cfg: Config, runtime: Runtime) -> Trainer:
     from nmt.train import Trainer
 
     return Trainer(cfg, runtime)
@@ -209,7 +200,7 @@ def run_bench(cfg: Config, settings: BenchSettings) -> dict[str, Any]:
     try:
         if runtime.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(runtime.device)
-        trainer = _trainer(cfg, runtime)
+        trainer = make_trainer(cfg, runtime)
         n_params = sum(p.numel() for p in trainer.model.parameters())
         train = time_training(trainer, settings.steps, settings.warmup, settings.repeats)
         memory: dict[str, float] = {"peak_rss_mb": peak_rss_mb()}
@@ -279,6 +270,14 @@ def to_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2)
 
 
+# A "typical" paper-scale run (the papers train until the learning rate has decayed below stop_lr on dev-BLEU
+# plateaus, or max_epochs, which has no closed form): 50 epochs, but never fewer than 3 x warmup_steps updates (the
+# warmup itself plus the plateau decays that follow it; gl-en's 8000 warmup steps are already ~80 of its epochs),
+# and never more than train.max_epochs. Used by nmt.experiments.paper_hours and scripts/gpu_check.
+TYPICAL_EPOCHS = 50
+WARMUP_MULTIPLE = 3
+
+
 def typical_run(cfg: Config, per_epoch: int) -> tuple[int, int]:
     """``(epochs, updates)`` of a typical run of ``cfg`` with ``per_epoch`` updates per epoch: :data:`TYPICAL_EPOCHS`,
     at least :data:`WARMUP_MULTIPLE` x warmup_steps updates, at most ``train.max_epochs``."""
@@ -297,30 +296,4 @@ def typical_run_of(cfg: Config) -> tuple[int, int, int]:
     batches = make_batches(src_lens, tgt_lens, cfg.train.max_tokens, cfg.train.seed, 1)
     per_epoch = max(len(batches) // cfg.train.update_freq, 1)
     return (per_epoch, *typical_run(cfg, per_epoch))
-
-
-def estimate_paper_hours(spec: RunSpec) -> tuple[float, str]:
-    """Hours the pair's paper configuration would train on this machine, from a few timed steps.
-
-    Times a few updates of ``spec.config_path`` (with ``spec``'s overrides) on the prepared data, then extrapolates
-    to a typical run: :data:`TYPICAL_EPOCHS` epochs, but at least :data:`WARMUP_MULTIPLE` x warmup_steps updates and
-    at most ``train.max_epochs`` epochs (validation time not included).
-
-    Returns:
-        the hours, and a short detail string (s/update, updates/epoch, assumed updates).
-    """
-    cfg = load_config(spec.config_path, [*spec.overrides, "train.progress=false", "train.tensorboard=false"])
-    runtime = setup(cfg.train.device, cfg.train.precision)
-    try:
-        trainer = _trainer(cfg, runtime)
-        timed = time_training(trainer, steps=3, warmup=1, repeats=1)
-        per_epoch = max(len(trainer.epoch_batches(1)) // cfg.train.update_freq, 1)
-    finally:
-        teardown(runtime)
-    seconds_per_update = 1.0 / timed["steps_per_s"]["median"]
-    epochs, updates = typical_run(cfg, per_epoch)
-    hours = updates * seconds_per_update / 3600
-    detail = (f"{seconds_per_update:.2f} s/update measured, {per_epoch} updates/epoch, assuming {epochs} epochs = "
-              f"{updates} updates")
-    return hours, detail
 

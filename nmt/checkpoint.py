@@ -95,6 +95,23 @@ def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
     return bytes(tensor.cpu().numpy().tobytes())
 
 
+def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: bytes, vocab_size: int,
+                  qknorm_length: float | None, step: int = 0, epoch: int = 0) -> dict[str, Any]:
+    """The entries every checkpoint has, enough to translate (:func:`restore_model`); training adds its state.
+
+    Args:
+        state: the model's ``state_dict()``.
+        config: the resolved config as a plain dict (:func:`nmt.config.config_to_dict`).
+        spm: the SentencePiece model's bytes.
+        vocab_size: the vocabulary size the model was built with.
+        qknorm_length: QKNorm's L (None without QKNorm).
+        step: training updates behind the weights.
+        epoch: the epoch they were reached in.
+    """
+    return {"model": state, "config": config, "spm": bytes_to_tensor(spm), "vocab_size": vocab_size,
+            "qknorm_length": qknorm_length, "step": step, "epoch": epoch}
+
+
 if TYPE_CHECKING:  # imported lazily below: the model and tokenizer are not needed to read or write checkpoints
     from nmt.config import Config
     from nmt.data.bpe import SentencePieceTokenizer

@@ -8,11 +8,12 @@ keys (``train.lr=5e-4``) and are parsed as YAML scalars.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 
@@ -23,11 +24,26 @@ if TYPE_CHECKING:
 
 RESOLVED_KEY = "resolved"  # the section of a run's config.yaml that records values measured on the data
 
-NormName = Literal["layernorm", "scalenorm", "rmsnorm"]
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The valid values of a config choice: the keys of the registry dict ``module.name`` (e.g. ``NORMS``), read when
+    a value is checked, so that a new variant is one class plus one registry line and this module does not import
+    torch before a config names one."""
+
+    module: str
+    name: str
+
+    def choices(self) -> list[str]:
+        return list(getattr(importlib.import_module(self.module), self.name))
+
+
+NormName = Annotated[str, Registry("nmt.modules.norms", "NORMS")]
 NormPosition = Literal["pre", "post"]
-AttentionName = Literal["scaled_dot", "qknorm", "qk_rmsnorm"]
+AttentionName = Annotated[str, Registry("nmt.modules.attention", "ATTENTIONS")]
 InitName = Literal["smallinit", "xavier"]
-ScheduleName = Literal["inverse_sqrt", "warmup_plateau", "constant"]
+ScheduleName = Annotated[str, Registry("nmt.optim", "SCHEDULES")]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 SearchName = Literal["official", "fairseq"]
 DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/quantize.py, CPU only
@@ -154,6 +170,8 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if origin is Annotated:
+        return "one of " + ", ".join(tp.__metadata__[0].choices())
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is tuple:
@@ -166,6 +184,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         if value in typing.get_args(tp) and type(value) is type(typing.get_args(tp)[0]):
+            return value
+    elif origin is Annotated:  # a Registry choice
+        if isinstance(value, str) and value in tp.__metadata__[0].choices():
             return value
     elif origin in (typing.Union, types.UnionType):
         for option in typing.get_args(tp):
@@ -197,7 +218,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
 
 
 def _build(cls: Any, values: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
@@ -309,6 +330,23 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
+def resolve_qknorm_length(preferred: float | None, fallback: float | None) -> float:
+    """QKNorm's L (its initial gain is ``log2(L^2 - L)``): ``preferred`` when set, else ``fallback``. The one place L
+    is resolved and checked: training prefers ``model.qknorm_length`` over the prepared data's 97.5th-percentile
+    length; :func:`nmt.model.build_model` prefers the L its caller resolved over ``model.qknorm_length``.
+
+    Raises:
+        NmtError: neither is known, or L is not > 1.
+    """
+    length = preferred if preferred is not None else fallback
+    if length is None:
+        raise NmtError("model.attention is qknorm but model.qknorm_length is unset and no data length was given; "
+                       "set model.qknorm_length (the L of g0 = log2(L^2 - L))")
+    if not length > 1:
+        raise NmtError(f"config key 'model.qknorm_length': L={length} must be > 1")
+    return float(length)
+
+
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         raise NmtError(f"config key '{key}': {value} must be {'>= 0' if allow_zero else '> 0'}")
@@ -332,8 +370,8 @@ def validate(config: Config) -> None:
     for key, value in rates:
         if not 0.0 <= value < 1.0:
             raise NmtError(f"config key '{key}': {value} must be in [0, 1)")
-    if m.qknorm_length is not None and m.qknorm_length <= 1:
-        raise NmtError(f"config key 'model.qknorm_length': {m.qknorm_length} must be > 1")
+    if m.qknorm_length is not None:
+        resolve_qknorm_length(m.qknorm_length, None)
     if d.nbest > d.beam:
         raise NmtError(f"config key 'decode.nbest': {d.nbest} exceeds decode.beam {d.beam}")
     if "-" not in config.data.pair or len(config.data.pair.split("-")) != 2:

@@ -38,24 +38,10 @@ def bleu_metric(tokenized: bool = False) -> BLEU:
     return BLEU()
 
 
-def sacre_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
-    """Detokenized sacreBLEU score and its signature."""
-    check_lengths(hypotheses, references)
-    metric = bleu_metric()
-    return metric.corpus_score(list(hypotheses), [list(references)]).score, str(metric.get_signature())
-
-
 def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """The papers' BLEU (multi-bleu.perl) on tokenized text, BPE removed."""
     check_lengths(hypotheses, references)
     return bleu_metric(tokenized=True).corpus_score(list(hypotheses), [list(references)]).score
-
-
-def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
-    """sacreBLEU's chrF2 and its signature."""
-    check_lengths(hypotheses, references)
-    metric = CHRF()
-    return metric.corpus_score(list(hypotheses), [list(references)]).score, str(metric.get_signature())
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenized: bool = False,

@@ -16,14 +16,35 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.config import ModelConfig
-from nmt.errors import NmtError
+from nmt.config import ModelConfig, resolve_qknorm_length
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.modules.feedforward import FeedForward
 from nmt.modules.layers import DecoderLayer, EncoderLayer, Residual
 from nmt.modules.norms import NORMS
 from nmt.vocab import PAD
+
+# Where attention sits, by kind (the keys of ``attention_maps``): kind -> (stack, attribute of its layers). Every
+# attention module is named ``{stack}.{layer}.{attribute}`` (``attention_modules``, ``qknorm_gains``); the names are
+# written here only, read back with ``attention_site``/``site_of``.
+ATTENTION_SITES: dict[str, tuple[str, str]] = {"encoder": ("encoder", "self_attn"), "decoder": ("decoder", "self_attn"),
+                                               "cross": ("decoder", "cross_attn")}
+
+
+def attention_site(kind: str, layer: int) -> str:
+    """The name of layer ``layer``'s attention of ``kind`` (a key of :data:`ATTENTION_SITES`)."""
+    stack, attribute = ATTENTION_SITES[kind]
+    return f"{stack}.{layer}.{attribute}"
+
+
+def site_of(name: str) -> tuple[str, int] | None:
+    """``(kind, layer)`` of an attention module's name (:func:`attention_site`'s inverse); None for other names."""
+    parts = name.split(".")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    kind = next((k for k, site in ATTENTION_SITES.items() if site == (parts[0], parts[2])), None)
+    return (kind, int(parts[1])) if kind is not None else None
+
 
 _CACHE_GROW = 16  # self-attention cache capacity added when full (positions); select keeps at most this many free
 
@@ -235,14 +256,12 @@ class Transformer(nn.Module):
         return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1), state
 
     def attention_modules(self) -> dict[str, MultiHeadAttention]:
-        """Every attention module by name: ``encoder.{i}.self_attn``, ``decoder.{i}.self_attn|cross_attn``."""
-        modules: dict[str, MultiHeadAttention] = {}
-        for i, enc in enumerate(self.encoder.blocks):
-            modules[f"encoder.{i}.self_attn"] = enc.self_attn
-        for i, dec in enumerate(self.decoder.blocks):
-            modules[f"decoder.{i}.self_attn"] = dec.self_attn
-            modules[f"decoder.{i}.cross_attn"] = dec.cross_attn
-        return modules
+        """Every attention module by name (:func:`attention_site`): ``encoder.{i}.self_attn``,
+        ``decoder.{i}.self_attn|cross_attn``."""
+        stacks: dict[str, list[EncoderLayer] | list[DecoderLayer]] = {"encoder": self.encoder.blocks,
+                                                                      "decoder": self.decoder.blocks}
+        return {attention_site(kind, i): getattr(layer, attribute)
+                for kind, (stack, attribute) in ATTENTION_SITES.items() for i, layer in enumerate(stacks[stack])}
 
     def qknorm_gains(self) -> dict[str, float]:
         """The learned QKNorm gain g of every attention module (empty when not using QKNorm)."""
@@ -314,7 +333,8 @@ def build_model(
         cfg: the model section of the config.
         vocab_size: size of the joint vocabulary.
         qknorm_length: L for QKNorm's initial gain log2(L^2 - L), resolved by the caller (``model.qknorm_length``
-            if set, else the prepared data's ``length_p975``); falls back to ``cfg.qknorm_length`` when None.
+            if set, else the prepared data's ``length_p975``); falls back to ``cfg.qknorm_length`` when None
+            (:func:`nmt.config.resolve_qknorm_length`). Only scorers with ``needs_length`` use it.
         logit_mask: with ``cfg.logit_mask``, the target types that may be predicted (V,) bool, usually
             :func:`nmt.train_data.target_vocabulary`; None leaves every type allowed until a checkpoint's buffer
             is loaded. Ignored without ``cfg.logit_mask``.
@@ -322,14 +342,9 @@ def build_model(
     Raises:
         NmtError: QKNorm is selected but no length is known.
     """
-    length = qknorm_length if qknorm_length is not None else cfg.qknorm_length
-    if cfg.attention == "qknorm" and length is None:
-        raise NmtError("model.attention is qknorm but model.qknorm_length is unset and no data length was given; "
-                       "set model.qknorm_length (the L of g0 = log2(L^2 - L))")
-    if cfg.attention == "qknorm" and length is not None and length <= 1:
-        raise NmtError(f"model.qknorm_length: L={length} must be > 1")
     d, pre = cfg.d_model, cfg.norm_position == "pre"
     norm, scoring = NORMS[cfg.norm], ATTENTIONS[cfg.attention]
+    length = resolve_qknorm_length(qknorm_length, cfg.qknorm_length) if scoring.needs_length else None
 
     def attention() -> MultiHeadAttention:
         return MultiHeadAttention(d, cfg.n_heads, scoring(d // cfg.n_heads, length), cfg.attn_dropout)

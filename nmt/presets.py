@@ -105,12 +105,17 @@ def _flatten(tree: dict[str, Any], prefix: str) -> list[str]:
 
 
 def cpu_overrides(pair: str) -> list[str]:
-    """Dotted overrides that turn ``PAIR.yaml`` into a CPU recipe: the reference CPU preset's whole ``model`` (every
-    field, so none of the pair's paper options leaks into the smaller model), the ``train`` keys it sets, and
+    """Dotted overrides that turn ``PAIR.yaml`` into a CPU recipe: the reference CPU preset's ``model`` and
+    ``train`` sections (keys the pair sets and the reference does not go back to their defaults), and
     ``train.save_dir=runs/PAIR-cpu``. The data section (pair, BPE size) stays the pair's."""
-    from nmt.config import config_to_dict, load_config
+    def read(name: str) -> dict[str, Any]:
+        return yaml.safe_load((config_dir() / f"{name}.yaml").read_text(encoding="utf-8")) or {}
 
-    reference = yaml.safe_load((config_dir() / f"{CPU_REFERENCE}.yaml").read_text(encoding="utf-8"))
-    sections = {"model": config_to_dict(load_config(CPU_REFERENCE))["model"], "train": reference.get("train") or {}}
-    sections["train"] = {**sections["train"], "save_dir": f"runs/{pair}-cpu"}
+    reference, own, base = read(CPU_REFERENCE), read(pair), read("base")
+    sections: dict[str, Any] = {}
+    for key in ("model", "train"):
+        # what the pair's config sets and the reference leaves at its default goes back to the default (base.yaml)
+        unset = {k: base[key][k] for k in own.get(key) or {} if k not in (reference.get(key) or {})}
+        sections[key] = {**unset, **(reference.get(key) or {})}
+    sections["train"]["save_dir"] = f"runs/{pair}-cpu"
     return _flatten(sections, "")

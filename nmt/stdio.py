@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from nmt.data.text import iter_lines
+from nmt.data.text import decode_lines, iter_lines
 from nmt.errors import NmtError
 
 STD = "-"
@@ -29,12 +29,7 @@ def stdin_lines() -> Iterator[str]:
         for line in sys.stdin:
             yield line.rstrip("\r\n")
         return
-    for number, raw in enumerate(stream, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise NmtError(f"<stdin> line {number}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
-        yield line.rstrip("\r\n")
+    yield from decode_lines(stream, "<stdin>")
 
 
 def input_lines(name: str | Path) -> Iterator[str]:

@@ -12,7 +12,7 @@ import json
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from nmt import rng
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, remove_temporaries, save_checkpoint, tensor_to_bytes
+from nmt.checkpoint import load_checkpoint, model_payload, remove_temporaries, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, Config, config_to_dict
 from nmt.data.batching import Batch, make_batches
 from nmt.errors import NmtError
@@ -34,7 +34,7 @@ from nmt.optim import LRController, build_optimizer
 from nmt.run_log import RunLog
 from nmt.runtime import Runtime, all_sum, broadcast_floats, setup, teardown
 from nmt.train_data import TrainingData, load_training_data
-from nmt.validate import decode_ids, dev_loss
+from nmt.validation import decode_ids, dev_loss
 
 # Updates whose figures may wait on the device before train_step reads them anyway (bench runs never log).
 MAX_PENDING = 256
@@ -66,6 +66,7 @@ class Progress:
     skipped_steps: int = 0
     train_seconds: float = 0.0
     last_eval_step: int = -1
+    stopped: str = ""  # why the run stopped by itself (a finished run); "" while it runs or after an interrupt
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -100,13 +101,8 @@ class Trainer:
     # ----------------------------------------------------------------------------------------------- checkpoints
     def payload(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
-            "config": config_to_dict(self.cfg),
-            "spm": bytes_to_tensor(self.data.spm_bytes),
-            "vocab_size": self.data.vocab_size,
-            "qknorm_length": self.data.qknorm_length,
-            "step": self.progress.step,
-            "epoch": self.progress.epoch,
+            **model_payload(self.model.state_dict(), config_to_dict(self.cfg), self.data.spm_bytes,
+                            self.data.vocab_size, self.data.qknorm_length, self.progress.step, self.progress.epoch),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.lr.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -270,10 +266,8 @@ class Trainer:
             self.model.eval()
             loss, nll = dev_loss(self.model, self.data.dev, self.cfg.decode.max_tokens, self.rt, t.label_smoothing)
             dev = loss
-            beam = t.eval_beam or self.cfg.decode.beam
-            d = self.cfg.decode
-            ids = decode_ids(self.model, self.data.dev.data.src, beam, d.lenpen, d.max_len_a, d.max_len_b,
-                             d.max_tokens, self.rt, d.search)
+            settings = replace(self.cfg.decode, beam=t.eval_beam or self.cfg.decode.beam)
+            ids = decode_ids(self.model, self.data.dev.data.src, settings, self.rt)
             hyps = [self.data.tokenizer.decode(h) for h in ids]
             bleu = tokenized_bleu(hyps, self.data.dev.references)
             record.update(dev_loss=loss, dev_nll=nll, dev_ppl=math.exp(min(nll, 50)), bleu=bleu,
@@ -337,6 +331,7 @@ class Trainer:
             remove_temporaries(self.save_dir)  # left by a run killed in the middle of a checkpoint write
             self.write_run_files()
         p, t = self.progress, self.cfg.train
+        p.stopped = ""
         log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
         log.line(self.describe(resumed=resume and p.step > 0))
         log.line(f"machine: {describe_machine(machine_info())}")  # what the run's speed figures were measured on
@@ -366,9 +361,10 @@ class Trainer:
                     self.save(f"checkpoint_{p.step}.pt")
                     self.prune_numbered()
             p.train_seconds = start_seconds + time.time() - started  # a time-limited run stays stopped on resume
+            p.stopped = "" if reason == "interrupted" else reason
             if p.last_eval_step != p.step and reason != "interrupted":
                 self.evaluate(log)
-            elif p.last_eval_step != p.step or reason == "interrupted":
+            else:
                 self.save("checkpoint_last.pt")
             log.line(f"stopped at step {p.step} (epoch {p.epoch}): {reason}; best dev BLEU {p.best_bleu:.2f} "
                      f"at step {p.best_step}" + (f"; {p.skipped_steps} fp16 steps skipped" if p.skipped_steps else ""))

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nmt.config import Config
+from nmt.config import Config, resolve_qknorm_length
 from nmt.data.batching import ParallelData
 from nmt.data.binarized import load_split
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.settings import check_prepared
 from nmt.errors import NmtError
-from nmt.validate import DevSet
+from nmt.validation import DevSet
 from nmt.vocab import EOS, UNK
 
 
@@ -68,10 +68,9 @@ def load_training_data(cfg: Config) -> TrainingData:
     references = refs_path.read_text(encoding="utf-8").splitlines()
     n = cfg.train.eval_sentences or len(dev)
     dev = ParallelData(dev.src[:n], dev.tgt[:n])
-    if cfg.model.qknorm_length is not None:
-        length, source = cfg.model.qknorm_length, "config model.qknorm_length"
-    else:
-        length, source = float(meta["length_p975"]), f"97.5th percentile of {pair_dir}/train lengths"
+    length = resolve_qknorm_length(cfg.model.qknorm_length, float(meta["length_p975"]))
+    source = ("config model.qknorm_length" if cfg.model.qknorm_length is not None
+              else f"97.5th percentile of {pair_dir}/train lengths")
     spm_path = pair_dir / "spm.model"
     spm_bytes = spm_path.read_bytes()
     return TrainingData(train, DevSet(dev, references[:n]), dropped, int(meta["vocab_size"]), length, source,

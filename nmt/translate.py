@@ -14,6 +14,7 @@ positions is truncated with a warning on stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from nmt.checkpoint import load_checkpoint, restore_model
-from nmt.config import Config
+from nmt.config import Config, DecodeConfig
 from nmt.data.batching import pad_sources
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
@@ -33,12 +34,12 @@ from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
 from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
 from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
-from nmt.search import Hypothesis, Seq2Seq, beam_search, greedy_search
+from nmt.search import Hypothesis, Seq2Seq, decode
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
 
 
-def make_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int | None = None) -> list[list[int]]:
+def decode_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int | None = None) -> list[list[int]]:
     """Group indices into batches of similar length whose padded size ``n * longest`` stays within ``max_tokens``
     and whose size ``n`` stays within ``max_sentences`` (None: no limit).
 
@@ -60,6 +61,29 @@ def make_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int | N
     if current:
         batches.append(current)
     return batches
+
+
+def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settings: DecodeConfig, runtime: Runtime,
+                   max_len_cap: int | None, batch_size: int | None = None,
+                   progress: bool = False) -> list[list[Hypothesis]]:
+    """The one batched decoding loop of validation and ``nmt translate``: piece-id sources (without EOS) in
+    length-sorted batches of ``settings.max_tokens`` padded source tokens and at most ``batch_size`` sentences,
+    each decoded by :func:`nmt.search.decode` under ``runtime``'s autocast; results in input order.
+
+    Empty sources are not decoded: they get ``settings.nbest`` empty hypotheses with score 0.
+    """
+    results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * settings.nbest for _ in sources]
+    todo = [i for i, src in enumerate(sources) if len(src)]
+    with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
+        for batch in decode_batches([len(sources[i]) + 1 for i in todo], settings.max_tokens, batch_size):
+            indices = [todo[j] for j in batch]
+            src = pad_sources([list(sources[i]) for i in indices]).to(runtime.device)
+            with torch.no_grad(), runtime.autocast():
+                hyps = decode(model, src, settings, max_len_cap)
+            for i, nbest_list in zip(indices, hyps, strict=True):
+                results[i] = nbest_list
+            bar.update(len(indices))
+    return results
 
 
 class Translator:
@@ -130,36 +154,16 @@ class Translator:
 
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """
-        settings = self.config.decode
-        beam = settings.beam if beam is None else beam
-        lenpen = settings.lenpen if lenpen is None else lenpen
-        nbest = settings.nbest if nbest is None else nbest
-        max_tokens = settings.max_tokens if max_tokens is None else max_tokens
-        if beam < 1:
-            raise NmtError(f"--beam {beam} must be at least 1")
-        if not 1 <= nbest <= beam:
-            raise NmtError(f"--nbest {nbest} must be between 1 and --beam {beam}")
+        overrides: dict[str, Any] = {"beam": beam, "lenpen": lenpen, "nbest": nbest, "max_tokens": max_tokens}
+        settings = dataclasses.replace(self.config.decode, **{k: v for k, v in overrides.items() if v is not None})
+        if settings.beam < 1:
+            raise NmtError(f"--beam {settings.beam} must be at least 1")
+        if not 1 <= settings.nbest <= settings.beam:
+            raise NmtError(f"--nbest {settings.nbest} must be between 1 and --beam {settings.beam}")
         if batch_size is not None and batch_size < 1:
             raise NmtError(f"--batch-size {batch_size} must be at least 1")
-        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * nbest for _ in sources]
-        todo = [i for i, src in enumerate(sources) if len(src)]
-        batches = make_batches([len(sources[i]) + 1 for i in todo], max_tokens, batch_size)
         cap = self.config.model.max_positions - 1  # the step that forces EOS reads position max_len
-        with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
-            for batch in batches:
-                indices = [todo[j] for j in batch]
-                src = pad_sources([list(sources[i]) for i in indices]).to(self.device)
-                with self.runtime.autocast():
-                    if beam == 1:
-                        hyps = greedy_search(self.model, src, lenpen, settings.max_len_a, settings.max_len_b, cap,
-                                             settings.search)
-                    else:
-                        hyps = beam_search(self.model, src, beam, lenpen, settings.max_len_a, settings.max_len_b,
-                                           nbest, cap, settings.search)
-                for i, nbest_list in zip(indices, hyps):
-                    results[i] = nbest_list
-                bar.update(len(indices))
-        return results
+        return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress)
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,

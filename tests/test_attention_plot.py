@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.attention_plot import select
 from nmt.errors import NmtError
+from nmt.experiments.attention_plot import select
 from tests.test_translate import run_cli, tiny_checkpoint
 
 pytest.importorskip("matplotlib")

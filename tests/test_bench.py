@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nmt.bench import estimate_paper_hours
 from nmt.cli import main
-from nmt.pipeline import RunSpec
+from nmt.experiments.paper_hours import estimate_paper_hours
+from nmt.experiments.pipeline import RunSpec
 from tests.synthetic import prepare_synthetic, tiny_config
 
 

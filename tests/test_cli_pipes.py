@@ -22,7 +22,7 @@ from nmt.config import load_config
 from nmt.errors import NmtError
 from nmt.run_log import RunLog
 from nmt.runtime import resolve_device
-from nmt.translate import Translator, make_batches
+from nmt.translate import Translator, decode_batches
 from tests.synthetic import write_corpus
 from tests.test_translate import FakeStdin, synthetic_sentences, tiny_checkpoint
 
@@ -134,10 +134,10 @@ def test_translate_stream_reads_one_buffer_at_a_time(translator: Translator) -> 
         next(translator.translate_stream(lines, 0))
 
 
-def test_make_batches_respects_batch_size() -> None:
+def test_decode_batches_respects_batch_size() -> None:
     lengths = [5, 3, 9, 1, 4, 4, 7, 2, 8, 6]
     for max_sentences in (1, 2, 3):
-        batches = make_batches(lengths, max_tokens=10_000, max_sentences=max_sentences)
+        batches = decode_batches(lengths, max_tokens=10_000, max_sentences=max_sentences)
         assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
         assert max(len(b) for b in batches) == max_sentences
 

@@ -9,7 +9,7 @@ import yaml
 
 from nmt.config import RESOLVED_KEY, config_to_dict, load_config
 from nmt.errors import NmtError
-from nmt.pipeline import RunSpec
+from nmt.experiments.pipeline import RunSpec
 from nmt.presets import config_names, cpu_overrides, find_config, pair_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from nmt.evaluate import tokenized_bleu
-from nmt.pipeline import BASELINE, PUBLISHED, QKNORM_AVERAGE_GAIN
-from nmt.report import build_results, collect_run, gain_summary, read_metrics, reference_score
+from nmt.experiments.published import BASELINE, PUBLISHED, QKNORM_AVERAGE_GAIN, reference_score
+from nmt.experiments.report import build_results, collect_run, gain_summary, read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORDS = "the a cat dog sat ran on under mat tree big small red blue".split()
@@ -29,8 +29,11 @@ def corrupt(lines: list[str], every: int) -> list[str]:
     return [" ".join(line.split()[:-1] + ["xyz"]) if i % every == 0 else line for i, line in enumerate(lines)]
 
 
-def fake_run(save_dir: Path, pair: str, system: str, hyps: list[str], refs: list[str], qknorm: bool,
-             done: bool = True) -> float:
+# the final progress of a finished run (checkpoint_last.pt's, through training_progress)
+PROGRESS = {"step": 300, "train_seconds": 3725.0, "best_bleu": 15.0, "best_step": 300, "epoch": 9}
+
+
+def fake_run(save_dir: Path, pair: str, system: str, hyps: list[str], refs: list[str], qknorm: bool) -> float:
     """A run directory as training and testing leave it; returns its tokenized test BLEU."""
     save_dir.mkdir(parents=True)
     with open(save_dir / "metrics.jsonl", "w", encoding="utf-8") as handle:
@@ -43,9 +46,6 @@ def fake_run(save_dir: Path, pair: str, system: str, hyps: list[str], refs: list
     (save_dir / "test_scores.json").write_text(json.dumps({
         "pair": pair, "system": system, "scale": "cpu", "tokenized_bleu": bleu, "sacrebleu": bleu - 1.0,
         "sacrebleu_signature": "nrefs:1|case:mixed", "test_sentences": len(hyps)}), encoding="utf-8")
-    if done:
-        progress = {"step": 300, "train_seconds": 3725.0, "best_bleu": 15.0, "best_step": 300, "epoch": 9}
-        (save_dir / "train_done.json").write_text(json.dumps({"progress": progress}), encoding="utf-8")
     return bleu
 
 
@@ -59,10 +59,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             save_dir = root / "runs" / f"{pair}-{system}"
             if every:
                 bleu[(pair, system)] = fake_run(save_dir, pair, system, corrupt(refs, every), refs,
-                                                system == "qknorm", done=pair == "gl-en")
-            records.append(collect_run(pair, system, save_dir, progress_reader=lambda _: None))
+                                                system == "qknorm")
+            records.append(collect_run(pair, system, save_dir,
+                                       progress_reader=lambda d: PROGRESS if d.name.startswith("gl-en") else None))
     results = build_results(records, {"gl-en": refs, "en-vi": refs}, "test", "cpu", n_samples=200)
-    from nmt.report_markdown import write_report
+    from nmt.experiments.report_markdown import write_report
 
     files = write_report(results, root / "results" / "test")
     return {"root": root, "results": results, "files": files, "bleu": bleu}
@@ -107,7 +108,7 @@ def test_training_and_gains(report: dict[str, Any]) -> None:
     done = run_of(results, "gl-en", "qknorm")["training"]
     assert done == {"steps": 300, "train_seconds": 3725.0, "epoch": 9, "best_dev_bleu": 15.0, "best_step": 300,
                     "evaluations": 3}
-    from_metrics = run_of(results, "en-vi", "qknorm")["training"]  # no train_done.json: from metrics.jsonl
+    from_metrics = run_of(results, "en-vi", "qknorm")["training"]  # no progress: from metrics.jsonl
     assert from_metrics["steps"] == 300 and from_metrics["best_dev_bleu"] == 15.0
     assert from_metrics["train_seconds"] is None
     gains = run_of(results, "gl-en", "qknorm")["gains"]

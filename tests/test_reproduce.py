@@ -12,7 +12,9 @@ from types import ModuleType
 import pytest
 import yaml
 
-from nmt.pipeline import BASELINE, RunSpec, _finished_without_marker, train_run
+from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.experiments.pipeline import RunSpec, finished, train_run
+from nmt.experiments.published import BASELINE
 from tests.synthetic import tiny_config, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,22 +71,16 @@ def test_reproduce_end_to_end_and_rerun(tmp_path: Path, capsys: pytest.CaptureFi
     capsys.readouterr()
     assert script.main(args) == 0  # finished runs: no training, no decoding
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert "training finished already (train_done.json)" in capsys.readouterr().err
+    assert "training finished already" in capsys.readouterr().err
 
-    # A run finished before train_done.json existed is recognised from train.log and its config.yaml ...
+    # the checkpoint says whether the run finished: not after an interrupt, nor for another config
     run_dir = runs / "xx-yy-cpu-qknorm"
-    (run_dir / "train_done.json").unlink()
-    stamps = {p: t for p, t in stamps.items() if p.name != "train_done.json"}
-    assert script.main(args) == 0
-    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert "training finished already (train.log)" in capsys.readouterr().err
-    assert json.loads((run_dir / "train_done.json").read_text(encoding="utf-8"))["progress"]["step"] == 20
-    # ... but not when its last session was killed (no stop line after the last start)
-    config = json.loads((run_dir / "train_done.json").read_text(encoding="utf-8"))["config"]
-    assert _finished_without_marker(run_dir, config)
-    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        log.write("2025-01-01 00:00:00 resuming qknorm on xx-yy: ...\n")
-    assert not _finished_without_marker(run_dir, config)
+    payload = load_checkpoint(run_dir / "checkpoint_last.pt")
+    assert payload["progress"]["stopped"] == "reached train.max_steps=20"
+    assert finished(run_dir, payload["config"])
+    assert not finished(run_dir, {**payload["config"], "system": BASELINE})
+    save_checkpoint(run_dir / "checkpoint_last.pt", {**payload, "progress": {**payload["progress"], "stopped": ""}})
+    assert not finished(run_dir, payload["config"])
 
 
 def test_missing_config_fails_before_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,13 +93,14 @@ def test_missing_config_fails_before_anything(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A train_done.json written for another config does not stop training (the run is resumed instead)."""
+    """A run finished with another config does not stop training (the run is resumed instead)."""
     setup_dirs(tmp_path)
     spec = RunSpec("xx-yy", "qknorm", "cpu", "cpu", str(tmp_path / "data"), None, str(tmp_path / "runs"),
                    str(tmp_path / "configs"))
     spec.save_dir.mkdir(parents=True)
     (spec.save_dir / "checkpoint_best.pt").write_bytes(b"")
-    (spec.save_dir / "train_done.json").write_text(json.dumps({"config": {"other": 1}}), encoding="utf-8")
+    save_checkpoint(spec.save_dir / "checkpoint_last.pt",
+                    {"model": {}, "config": {"other": 1}, "progress": {"stopped": "reached train.max_steps=20"}})
     calls: list[list[str]] = []
 
     class Child:

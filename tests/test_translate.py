@@ -15,13 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt import cli
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, restore_model, save_checkpoint
+from nmt.checkpoint import load_checkpoint, model_payload, restore_model, save_checkpoint
 from nmt.config import config_from_dict, config_to_dict
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
 from nmt.model import build_model
 from nmt.search import beam_search, greedy_search
-from nmt.translate import Translator, make_batches
+from nmt.translate import Translator, decode_batches
 
 WORDS = "the a cat dog sat ran on under mat tree big small red blue , .".split()
 QKNORM_LENGTH = 20.0
@@ -46,9 +46,8 @@ def tiny_checkpoint(directory: Path, name: str = "tiny.pt", seed: int = 0, **mod
     torch.manual_seed(seed)
     net = build_model(config.model, tokenizer.vocab_size, QKNORM_LENGTH)
     path = directory / name
-    save_checkpoint(path, {"model": net.state_dict(), "config": config_to_dict(config),
-                           "spm": bytes_to_tensor(tokenizer.model_bytes()), "vocab_size": tokenizer.vocab_size,
-                           "qknorm_length": QKNORM_LENGTH, "step": 0, "epoch": 0})
+    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(),
+                                        tokenizer.vocab_size, QKNORM_LENGTH))
     return path
 
 
@@ -140,9 +139,9 @@ def test_restore_model_and_mismatch(checkpoint: Path) -> None:
 
 # --- Translator ---------------------------------------------------------------------------------------------------
 
-def test_make_batches_respects_budget_and_covers_all() -> None:
+def test_decode_batches_respects_budget_and_covers_all() -> None:
     lengths = [5, 1, 9, 3, 3, 7, 2, 30]
-    batches = make_batches(lengths, max_tokens=12)
+    batches = decode_batches(lengths, max_tokens=12)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for batch in batches:
         assert len(batch) == 1 or max(lengths[i] for i in batch) * len(batch) <= 12

@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nmt.attention_plot import attention_view, plot_views
     from nmt.errors import NmtError
+    from nmt.experiments.attention_plot import attention_view, plot_views
     from nmt.translate import Translator
 
     if len(args.checkpoint) > 2:

@@ -6,12 +6,12 @@ starting at 0. Files are written to a temporary name and renamed, and loaded wit
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from nmt.atomic import atomic_open
 from nmt.errors import NmtError
 
 
@@ -22,10 +22,8 @@ def split_paths(pair_dir: str | Path, split: str, lang: str) -> tuple[Path, Path
 
 
 def _save_atomic(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.npy")  # np.save appends .npy to other names
-    np.save(tmp, array, allow_pickle=False)
-    os.replace(tmp, path)
+    with atomic_open(path) as handle:
+        np.save(handle, array, allow_pickle=False)
 
 
 def pack(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

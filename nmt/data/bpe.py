@@ -17,6 +17,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from nmt.atomic import atomic_write_bytes
 from nmt.errors import NmtError
 from nmt.vocab import BOS, EOS, PAD, UNK
 
@@ -72,17 +73,9 @@ class SentencePieceTokenizer:
             return []
         return [list(ids) for ids in self._sp.Encode(texts, out_type=int, num_threads=threads)]
 
-    def pieces(self, text: str) -> list[str]:
-        """The pieces of one sentence as strings (for inspection)."""
-        return list(self._sp.Encode(text, out_type=str))
-
     def decode(self, ids: list[int]) -> str:
         """Text of a piece-id sequence; PAD, BOS and EOS are skipped, UNK becomes `` ⁇ ``."""
         return str(self._sp.Decode([int(i) for i in ids]))
-
-    def decode_batch(self, batch: list[list[int]]) -> list[str]:
-        """:meth:`decode` applied to each sequence."""
-        return [self.decode(ids) for ids in batch]
 
 
 def _train_once(sentences: list[str], vocab_size: int, threads: int) -> bytes:
@@ -95,12 +88,6 @@ def _train_once(sentences: list[str], vocab_size: int, threads: int) -> bytes:
         num_threads=threads, minloglevel=2,
     )
     return model.getvalue()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def train_sentencepiece(sentences: list[str], out_dir: str | Path, vocab_size: int, *,
@@ -142,6 +129,6 @@ def train_sentencepiece(sentences: list[str], out_dir: str | Path, vocab_size: i
     tokenizer = SentencePieceTokenizer(model)
     vocab = "".join(f"{piece}\t{score:g}\n" for piece, score in tokenizer.piece_scores())
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out_dir / "spm.vocab", vocab.encode("utf-8"))
-    _write_atomic(out_dir / "spm.model", model)
+    atomic_write_bytes(out_dir / "spm.vocab", vocab.encode("utf-8"))
+    atomic_write_bytes(out_dir / "spm.model", model)
     return tokenizer.vocab_size

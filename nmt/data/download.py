@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from nmt.atomic import atomic_open
 from nmt.data.catalog import Expected
 from nmt.errors import NmtError
 
@@ -315,11 +316,10 @@ def extract(archive: str | Path, dest: str | Path, names: list[str]) -> dict[str
             for name in names:
                 source = tar.extractfile(found[name])
                 assert source is not None  # regular files always have data
-                path, tmp = dest / name, dest / f".{name}.tmp{os.getpid()}"
-                with source, open(tmp, "wb") as handle:
+                path = dest / name
+                with source, atomic_open(path) as handle:
                     while block := source.read(CHUNK):
                         handle.write(block)
-                os.replace(tmp, path)
                 out[name] = path
             return out
     except (tarfile.TarError, EOFError, OSError) as exc:

@@ -9,7 +9,6 @@ with the same inputs and options finds ``meta.json`` matching and does nothing (
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nmt.atomic import atomic_write_text
 from nmt.config import DataConfig
 from nmt.data import binarized, corpora, download, settings
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
@@ -208,9 +208,7 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
         "max_len": data.max_len, "filter": settings.filter_name(data.keep_partial) if source == "ted" else None,
         **written, "options": options,
     }
-    tmp = pair_dir / f".meta.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, pair_dir / "meta.json")
+    atomic_write_text(pair_dir / "meta.json", json.dumps(meta, indent=2) + "\n")
     settings.warn_counts(meta)
     return meta
 

@@ -9,12 +9,12 @@ what makes SentencePiece round trips exact.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nmt.atomic import atomic_write_text
 from nmt.errors import NmtError
 
 
@@ -37,20 +37,26 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     except OSError as exc:
         raise NmtError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise NmtError(f"{path} line {number}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
-            if number == 1 and line.startswith("\ufeff"):  # a BOM is an encoding mark, not text
-                line = line[1:]
-            if line.endswith("\n"):
-                line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-            yield line
+        yield from decode_lines(handle, str(path))
     finally:
         handle.close()
+
+
+def decode_lines(stream: Iterable[bytes], name: str) -> Iterator[str]:
+    """Decode the byte lines of ``stream`` (a file or stdin) as strict UTF-8, without their line endings and without
+    a leading byte-order mark; an invalid byte is an :class:`NmtError` naming ``name`` and the 1-based line."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NmtError(f"{name} line {number}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
+        if number == 1 and line.startswith("\ufeff"):  # a BOM is an encoding mark, not text
+            line = line[1:]
+        if line.endswith("\n"):
+            line = line[:-1]
+        if line.endswith("\r"):
+            line = line[:-1]
+        yield line
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -104,12 +110,5 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
 
 
 def write_lines_atomic(path: str | Path, lines: list[str]) -> None:
-    """Write lines (LF endings, final newline) to a temporary file, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        for line in lines:
-            handle.write(line)
-            handle.write("\n")
-    os.replace(tmp, path)
+    """Write lines (LF endings, final newline) atomically (:mod:`nmt.atomic`)."""
+    atomic_write_text(path, "".join(line + "\n" for line in lines))

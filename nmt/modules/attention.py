@@ -25,6 +25,7 @@ class Scoring(nn.Module):
     """
 
     scale: float | None = None  # None: scaled_dot_product_attention's default 1/sqrt(d_head)
+    needs_length: bool = False  # True: the constructor needs L (build_model resolves it, or fails naming the key)
 
     def __init__(self, d_head: int, length: float | None = None) -> None:
         super().__init__()
@@ -49,8 +50,6 @@ class ScaledDot(Scoring):
 
 def qknorm_gain_init(length: float) -> float:
     """Initial QKNorm gain ``g0 = log2(L^2 - L)`` for sequence length ``L`` (arXiv 2010.04245, Sec. 3)."""
-    if length * length - length <= 0:
-        raise ValueError(f"QKNorm length L={length} must be > 1")
     return math.log2(length * length - length)
 
 
@@ -67,6 +66,7 @@ class QKNorm(Scoring):
     """
 
     scale: float | None = 1.0
+    needs_length = True
 
     def __init__(self, d_head: int, length: float | None = None) -> None:
         super().__init__(d_head)

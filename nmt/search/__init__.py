@@ -27,25 +27,35 @@ included, as fed to the model).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from torch import Tensor
 
-from nmt.search.common import DecoderState, Hypothesis, Seq2Seq, StateT, length_penalty, max_lengths
-from nmt.search.fairseq import fairseq_beam_search, fairseq_greedy_search
-from nmt.search.official import official_beam_search, official_greedy_search
+from nmt.config import DecodeConfig
+from nmt.search import fairseq, official
+from nmt.search.common import (
+    GreedyRule,
+    Hypothesis,
+    SearchState,
+    Seq2Seq,
+    StateT,
+    greedy_loop,
+    length_penalty,
+    max_lengths,
+)
 
-__all__ = ["SEARCHES", "DecoderState", "Hypothesis", "Seq2Seq", "beam_search", "greedy_search", "length_penalty",
-           "max_lengths"]
+__all__ = ["SEARCHES", "Hypothesis", "SearchState", "Seq2Seq", "beam_search", "decode", "greedy_search",
+           "length_penalty", "max_lengths"]
 
-# decode.search -> (beam search, greedy search); the keys equal config.SearchName (checked by a test).
-SEARCHES: dict[str, tuple[Callable[..., list[list[Hypothesis]]], Callable[..., list[list[Hypothesis]]]]] = {
-    "official": (official_beam_search, official_greedy_search),
-    "fairseq": (fairseq_beam_search, fairseq_greedy_search),
+_DEFAULTS = DecodeConfig()  # the defaults live in DecodeConfig's fields only
+
+# decode.search -> (beam search, greedy rule); the keys equal config.SearchName (checked by a test).
+SEARCHES: dict[str, tuple[Callable[..., list[list[Hypothesis]]], GreedyRule]] = {
+    "official": (official.official_beam_search, official.greedy_rule),
+    "fairseq": (fairseq.fairseq_beam_search, fairseq.greedy_rule),
 }
 
 
-def _rules(search: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _rules(search: str) -> tuple[Callable[..., list[list[Hypothesis]]], GreedyRule]:
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r} (valid: {', '.join(SEARCHES)})")
     return SEARCHES[search]
@@ -54,13 +64,13 @@ def _rules(search: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
 def beam_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    beam: int = 4,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
+    beam: int = _DEFAULTS.beam,
+    lenpen: float = _DEFAULTS.lenpen,
+    max_len_a: float = _DEFAULTS.max_len_a,
+    max_len_b: int = _DEFAULTS.max_len_b,
+    nbest: int = _DEFAULTS.nbest,
     max_len_cap: int | None = None,
-    search: str = "official",
+    search: str = _DEFAULTS.search,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of source sentences.
 
@@ -86,11 +96,23 @@ def beam_search(
 def greedy_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
+    lenpen: float = _DEFAULTS.lenpen,
+    max_len_a: float = _DEFAULTS.max_len_a,
+    max_len_b: int = _DEFAULTS.max_len_b,
     max_len_cap: int | None = None,
-    search: str = "official",
+    search: str = _DEFAULTS.search,
 ) -> list[list[Hypothesis]]:
     """Arg-max decoding: the 1-best of :func:`beam_search` with ``beam=1`` under the same rules, faster."""
-    return _rules(search)[1](model, src, lenpen, max_len_a, max_len_b, max_len_cap)
+    return greedy_loop(model, src, lenpen, max_lengths(src, max_len_a, max_len_b, max_len_cap), _rules(search)[1])
+
+
+def decode(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig,
+           max_len_cap: int | None = None) -> list[list[Hypothesis]]:
+    """Decode one batch as ``settings`` say: :func:`greedy_search` at ``beam == 1`` (the same 1-best, faster), else
+    :func:`beam_search` returning ``settings.nbest`` hypotheses per sentence. The one place validation and
+    ``nmt translate`` choose how to search."""
+    if settings.beam == 1:
+        return greedy_search(model, src, settings.lenpen, settings.max_len_a, settings.max_len_b, max_len_cap,
+                             settings.search)
+    return beam_search(model, src, settings.beam, settings.lenpen, settings.max_len_a, settings.max_len_b,
+                       settings.nbest, max_len_cap, settings.search)

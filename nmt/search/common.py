@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -11,7 +12,7 @@ from torch import Tensor
 from nmt.vocab import BOS, EOS, PAD
 
 
-class DecoderState(Protocol):
+class SearchState(Protocol):
     """Incremental decoding state: encoder output, cross-attention K/V and self-attention cache, one row each."""
 
     def select(self: StateT, index: Tensor) -> StateT:
@@ -19,7 +20,7 @@ class DecoderState(Protocol):
         ...
 
 
-StateT = TypeVar("StateT", bound=DecoderState)
+StateT = TypeVar("StateT", bound=SearchState)
 
 
 class Seq2Seq(Protocol[StateT]):
@@ -84,3 +85,43 @@ def nbest_lists(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypot
         ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
         result.append(ranked or [Hypothesis([], -float("inf"), -float("inf"), [-float("inf")])])
     return result
+
+
+# A greedy rule: (log_probs (N, V), tokens generated so far, limits (N,)) -> (scores, tokens, done) of the step,
+# each (N,); a done row's last token is EOS, or it was cut off at its limit (then it has no EOS).
+GreedyRule = Callable[[Tensor, int, Tensor], tuple[Tensor, Tensor, Tensor]]
+
+
+@torch.no_grad()
+def greedy_loop(model: Seq2Seq[StateT], src: Tensor, lenpen: float, limits: Tensor,
+                rule: GreedyRule) -> list[list[Hypothesis]]:
+    """Arg-max decoding of a batch, a sentence leaving the batch as soon as ``rule`` says it is done; shared by the
+    rule sets, which differ only in their ``rule`` (what may be chosen at each step and when a sentence ends)."""
+    batch, device = src.size(0), src.device
+    state = model.start(src)
+    active = torch.arange(batch, device=device)
+    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
+    positional = torch.zeros(batch, 0, device=device)
+    totals = torch.zeros(batch, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    while True:
+        log_probs, state = model.step(prev, state)
+        best_scores, best, done = rule(log_probs, tokens.size(1), limits)
+        tokens = torch.cat([tokens, best[:, None]], dim=1)
+        positional = torch.cat([positional, best_scores[:, None]], dim=1)
+        totals = totals + best_scores
+        if bool(done.any()):
+            penalty = length_penalty(tokens.size(1), lenpen)
+            for original, toks, pos, total in zip(active[done].tolist(), tokens[done].tolist(),
+                                                  positional[done].tolist(), totals[done].tolist(), strict=True):
+                end = len(toks) - 1 if toks[-1] == EOS else len(toks)
+                finished[original].append(Hypothesis(toks[:end], total / penalty, total, pos))
+            keep = (~done).nonzero(as_tuple=True)[0]
+            if not keep.numel():
+                break
+            state = state.select(keep)
+            active, limits, tokens = active[keep], limits[keep], tokens[keep]
+            positional, totals = positional[keep], totals[keep]
+        prev = tokens[:, -1]
+    return nbest_lists(finished, 1)

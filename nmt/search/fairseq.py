@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.search.common import Hypothesis, Seq2Seq, StateT, length_penalty, mask_step, max_lengths, nbest_lists
+from nmt.search.common import (
+    Hypothesis,
+    Seq2Seq,
+    StateT,
+    length_penalty,
+    mask_step,
+    max_lengths,
+    nbest_lists,
+)
 from nmt.vocab import BOS, EOS
 
 
@@ -105,12 +113,12 @@ def _advance(
 def fairseq_beam_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    beam: int = 4,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    max_len_cap: int | None = None,
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int,
+    max_len_cap: int | None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of source sentences.
 
@@ -153,44 +161,11 @@ def fairseq_beam_search(
     return nbest_lists(finished, nbest)
 
 
-@torch.no_grad()
-def fairseq_greedy_search(
-    model: Seq2Seq[StateT],
-    src: Tensor,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    max_len_cap: int | None = None,
-) -> list[list[Hypothesis]]:
-    """Greedy decoding (arg-max each step); same rules and output type as :func:`fairseq_beam_search`."""
-    batch, device = src.size(0), src.device
-    state = model.start(src)
-    active = torch.arange(batch, device=device)
-    limits = max_lengths(src, max_len_a, max_len_b, max_len_cap)
-    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
-    positional = torch.zeros(batch, 0, device=device)
-    totals = torch.zeros(batch, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-    while True:
-        at_max = limits == tokens.size(1)
-        log_probs, state = model.step(prev, state)
-        best_scores, best = mask_step(log_probs, at_max).max(dim=1)
-        best = best.masked_fill(at_max, EOS)  # even if the model gives EOS probability 0
-        tokens = torch.cat([tokens, best[:, None]], dim=1)
-        positional = torch.cat([positional, best_scores[:, None]], dim=1)
-        totals = totals + best_scores
-        ended = (best == EOS) | at_max
-        if bool(ended.any()):
-            penalty = length_penalty(tokens.size(1), lenpen)
-            for original, toks, pos, total in zip(active[ended].tolist(), tokens[ended, :-1].tolist(),
-                                                  positional[ended].tolist(), totals[ended].tolist()):
-                finished[original].append(Hypothesis(toks, total / penalty, total, pos))
-            keep = (~ended).nonzero(as_tuple=True)[0]
-            if not keep.numel():
-                break
-            state = state.select(keep)
-            active, limits, tokens = active[keep], limits[keep], tokens[keep]
-            positional, totals = positional[keep], totals[keep]
-        prev = tokens[:, -1]
-    return nbest_lists(finished, 1)
+def greedy_rule(log_probs: Tensor, length: int, limits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Greedy decoding under fairseq's rules (:func:`nmt.search.common.greedy_loop`), the same output as
+    :func:`fairseq_beam_search` with beam 1: EOS allowed from step 0 and forced once ``limit`` tokens precede it;
+    every sentence ends with EOS."""
+    at_max = limits == length
+    best_scores, best = mask_step(log_probs, at_max).max(dim=1)
+    best = best.masked_fill(at_max, EOS)  # even if the model gives EOS probability 0
+    return best_scores, best, best == EOS

@@ -94,12 +94,12 @@ def _emit(pool: _Pool, done: Tensor, finished: list[list[Hypothesis]]) -> None:
 def official_beam_search(
     model: Seq2Seq[StateT],
     src: Tensor,
-    beam: int = 4,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    max_len_cap: int | None = None,
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int,
+    max_len_cap: int | None,
 ) -> list[list[Hypothesis]]:
     """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`)."""
     batch, device = src.size(0), src.device
@@ -137,45 +137,9 @@ def official_beam_search(
     return nbest_lists(finished, nbest)
 
 
-@torch.no_grad()
-def official_greedy_search(
-    model: Seq2Seq[StateT],
-    src: Tensor,
-    lenpen: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    max_len_cap: int | None = None,
-) -> list[list[Hypothesis]]:
-    """Arg-max decoding under the official rules: the same output as :func:`official_beam_search` with beam 1."""
-    batch, device = src.size(0), src.device
-    state = model.start(src)
-    active = torch.arange(batch, device=device)
-    limits = max_lengths(src, max_len_a, max_len_b, max_len_cap)
-    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
-    positional = torch.zeros(batch, 0, device=device)
-    totals = torch.zeros(batch, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-    while True:
-        log_probs, state = model.step(prev, state)
-        best_scores, best = _mask(log_probs, first=tokens.size(1) == 0).max(dim=1)
-        tokens = torch.cat([tokens, best[:, None]], dim=1)
-        positional = torch.cat([positional, best_scores[:, None]], dim=1)
-        totals = totals + best_scores
-        ended = best == EOS
-        done = ended | (limits <= tokens.size(1))
-        if bool(done.any()):
-            penalty = length_penalty(tokens.size(1), lenpen)
-            for original, toks, pos, total, eos in zip(active[done].tolist(), tokens[done].tolist(),
-                                                       positional[done].tolist(), totals[done].tolist(),
-                                                       ended[done].tolist(), strict=True):
-                end = len(toks) - 1 if eos else len(toks)
-                finished[original].append(Hypothesis(toks[:end], total / penalty, total, pos))
-            keep = (~done).nonzero(as_tuple=True)[0]
-            if not keep.numel():
-                break
-            state = state.select(keep)
-            active, limits, tokens = active[keep], limits[keep], tokens[keep]
-            positional, totals = positional[keep], totals[keep]
-        prev = tokens[:, -1]
-    return nbest_lists(finished, 1)
+def greedy_rule(log_probs: Tensor, length: int, limits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Greedy decoding under the official rules (:func:`nmt.search.common.greedy_loop`), the same output as
+    :func:`official_beam_search` with beam 1: no EOS at step 0; a sentence ends with EOS or is cut off (without
+    EOS) after ``limit`` tokens."""
+    best_scores, best = _mask(log_probs, first=length == 0).max(dim=1)
+    return best_scores, best, (best == EOS) | (limits <= length + 1)

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from nmt.errors import NmtError
-from nmt.plots import new_figure, save_figure
+from nmt.experiments.plots import new_figure, save_figure
+from nmt.model import attention_site
 from nmt.translate import Translator
 from nmt.vocab import BOS, EOS
 
@@ -93,8 +94,7 @@ def _gain(translator: Translator, kind: str, layer: int) -> str:
     gains_of = getattr(translator.model, "qknorm_gains", None)
     if gains_of is None:
         return ""
-    name = {"encoder": f"encoder.{layer}.self_attn", "decoder": f"decoder.{layer}.self_attn",
-            "cross": f"decoder.{layer}.cross_attn"}[kind]
+    name = attention_site(kind, layer)
     gains = gains_of()
     return f" (QKNorm g = {gains[name]:.2f})" if name in gains else ""
 

@@ -1,18 +1,19 @@
-"""Validation: teacher-forced dev loss and dev BLEU from the same beam search that ``nmt translate`` uses."""
+"""Validation: teacher-forced dev loss and dev BLEU from the same decoding loop as ``nmt translate``."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from nmt.data.batching import ParallelData, collate, make_batches, pad_sources
+from nmt.config import DecodeConfig
+from nmt.data.batching import ParallelData, collate, make_batches
 from nmt.loss import label_smoothed_nll
 from nmt.model import Transformer
 from nmt.runtime import Runtime
-from nmt.search import beam_search
-from nmt.translate import make_batches as make_decode_batches
+from nmt.translate import decode_sources
 
 
 @dataclass(frozen=True)
@@ -37,15 +38,10 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
     return total / max(tokens, 1), nll_total / max(tokens, 1)
 
 
-def decode_ids(model: Transformer, sources: list[np.ndarray], beam: int, lenpen: float, max_len_a: float,
-               max_len_b: int, max_tokens: int, runtime: Runtime, search: str = "official") -> list[list[int]]:
-    """Best hypothesis ids for each source, decoded in the same token-budget batches as ``nmt translate``."""
-    out: list[list[int]] = [[] for _ in sources]
-    for chunk in make_decode_batches([len(s) + 1 for s in sources], max_tokens):
-        src = pad_sources([sources[i] for i in chunk]).to(runtime.device)
-        with torch.no_grad(), runtime.autocast():
-            hyps = beam_search(model, src, beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
-                               nbest=1, max_len_cap=model.max_positions - 1, search=search)
-        for i, nbest in zip(chunk, hyps, strict=True):
-            out[i] = list(nbest[0].tokens)
-    return out
+def decode_ids(model: Transformer, sources: list[np.ndarray], settings: DecodeConfig,
+               runtime: Runtime) -> list[list[int]]:
+    """Best hypothesis ids for each source, through ``nmt translate``'s loop (:func:`nmt.translate.decode_sources`)
+    with ``settings`` (its ``nbest`` is ignored: one hypothesis each)."""
+    one = dataclasses.replace(settings, nbest=1)
+    hyps = decode_sources(model, [s.tolist() for s in sources], one, runtime, model.max_positions - 1)
+    return [list(nbest[0].tokens) for nbest in hyps]

@@ -6,18 +6,17 @@ optional ``plot`` extra (``pip install nmt[plot]``).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nmt.atomic import atomic_open
 from nmt.errors import NmtError
+from nmt.model import site_of
 
-# Panels of the gains plot: title → (module-name prefix, suffix), as in ``Transformer.attention_modules``.
-GAIN_PANELS = {"encoder self-attention": ("encoder.", ".self_attn"),
-               "decoder self-attention": ("decoder.", ".self_attn"),
-               "cross-attention": ("decoder.", ".cross_attn")}
+# Panels of the gains plot: kind of attention (``nmt.model.ATTENTION_SITES``) → title.
+GAIN_PANELS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
 
 
 def new_figure(width: float, height: float) -> Any:
@@ -38,13 +37,10 @@ def save_figure(figure: Any, path: Path, dpi: int = 120) -> Path:
         figure.savefig(sys.stdout.buffer, format="png", dpi=dpi)
         sys.stdout.buffer.flush()
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
     try:
-        figure.savefig(tmp, format="png", dpi=dpi)
-        os.replace(tmp, path)
+        with atomic_open(path) as handle:
+            figure.savefig(handle, format="png", dpi=dpi)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise NmtError(f"cannot write plot {path}: {exc.strerror or exc}") from None
     return path
 
@@ -73,11 +69,6 @@ def plot_dev_bleu(curves: dict[str, Sequence[Sequence[float]]], path: Path, titl
     return save_figure(figure, path)
 
 
-def _layer(name: str) -> int:
-    parts = name.split(".")
-    return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
-
-
 def plot_gains(steps: Sequence[int], gains: Sequence[dict[str, float]], path: Path, title: str) -> Path:
     """The learned QKNorm g of every attention module against step: one panel per kind, one line per layer.
 
@@ -91,14 +82,15 @@ def plot_gains(steps: Sequence[int], gains: Sequence[dict[str, float]], path: Pa
         raise NmtError(f"no QKNorm gains to plot for {title}")
     figure = new_figure(12.0, 4.0)
     panels = figure.subplots(1, len(GAIN_PANELS), sharey=True)
-    for axes, (panel, (prefix, suffix)) in zip(panels, GAIN_PANELS.items()):
-        names = sorted((n for n in gains[-1] if n.startswith(prefix) and n.endswith(suffix)), key=_layer)
-        for name in names:
-            axes.plot(steps, [g.get(name, float("nan")) for g in gains], label=f"layer {_layer(name) + 1}")
+    sites = {name: site for name in gains[-1] if (site := site_of(name)) is not None}
+    for axes, (kind, panel) in zip(panels, GAIN_PANELS.items()):
+        layers = sorted((layer, name) for name, (k, layer) in sites.items() if k == kind)
+        for layer, name in layers:
+            axes.plot(steps, [g.get(name, float("nan")) for g in gains], label=f"layer {layer + 1}")
         axes.set_title(panel)
         axes.set_xlabel("training step")
         axes.grid(alpha=0.3)
-        if names:
+        if layers:
             axes.legend(fontsize="x-small")
     panels[0].set_ylabel("learned g")
     figure.suptitle(title)

@@ -1,11 +1,12 @@
-"""``results.md``: the results tree of :func:`nmt.report.build_results` as Markdown tables, and the report writer."""
+"""``results.md``: the results tree of :func:`nmt.experiments.report.build_results` as Markdown tables, and the
+report writer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from nmt.report import write_json
+from nmt.experiments.report import write_json
 
 SIGNIFICANCE_LEVEL = 0.05
 
@@ -120,7 +121,7 @@ def format_markdown(results: dict[str, Any], plots: dict[str, str] | None = None
 
 def write_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """Write ``results.json``, the PNG plots and ``results.md`` into ``out_dir``; returns the files written."""
-    from nmt.plots import plot_dev_bleu, plot_gains
+    from nmt.experiments.plots import plot_dev_bleu, plot_gains
 
     out_dir.mkdir(parents=True, exist_ok=True)
     plots: dict[str, str] = {}

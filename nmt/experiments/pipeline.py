@@ -1,11 +1,9 @@
 """Prepare → train → test for one pair and system: what ``make train`` and ``make reproduce`` run.
 
 Each stage is resumable: prepared data is reused, training continues from ``checkpoint_last.pt``, a run that finished
-with the same resolved config (``train_done.json``) is not trained again, and a tested run (``test_scores.json`` newer
-than ``checkpoint_best.pt``) is not decoded again.
-
-``train_done.json`` also records the final progress for the report. (``nmt train --resume`` on a finished run stops at
-once by itself: every stopping condition, the training clock included, is saved in the checkpoint.)
+with the same resolved config (the checkpoint records both) is not trained again, and a tested run
+(``test_scores.json`` newer than ``checkpoint_best.pt``) is not decoded again. (``nmt train --resume`` on a finished
+run stops at once by itself too: every stopping condition, the training clock included, is saved in the checkpoint.)
 """
 
 from __future__ import annotations
@@ -19,25 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nmt.atomic import atomic_write_text
 from nmt.config import load_config
 from nmt.errors import NmtError
+from nmt.experiments.published import PUBLISHED, reference_score
 from nmt.presets import cpu_overrides, is_cpu_preset, pair_config
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-# Tokenized test BLEU published for each (pair, system); Nguyen & Salazar 2019 Table 3 and Henry et al. 2020.
-PUBLISHED: dict[tuple[str, str], float] = {
-    ("gl-en", "prenorm_fixnorm_scalenorm"): 20.91,
-    ("sk-en", "prenorm_fixnorm_scalenorm"): 30.25,
-    ("en-vi", "prenorm_fixnorm_scalenorm"): 32.79,
-    ("en-he", "prenorm_fixnorm_scalenorm"): 28.44,
-    ("ar-en", "prenorm_fixnorm_scalenorm"): 34.15,
-    ("en-vi", "qknorm"): 33.24,
-}
-QKNORM_AVERAGE_GAIN = 0.928  # QKNorm over the TwT baseline, averaged over the five pairs (Henry et al. 2020)
-BASELINE = "prenorm_fixnorm_scalenorm"
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -102,50 +89,28 @@ def training_progress(save_dir: Path) -> dict[str, Any] | None:
     return progress
 
 
-def _finished_without_marker(save_dir: Path, config: dict[str, Any]) -> bool:
-    """A run trained before ``train_done.json`` existed: finished if the last session in ``train.log`` ended with a
-    stop other than an interrupt (a killed session has no stop line) and its ``config.yaml`` is ``config``."""
-    import yaml
+def finished(save_dir: Path, config: dict[str, Any]) -> bool:
+    """Whether the run in ``save_dir`` stopped by itself (not interrupted) with the resolved config ``config``:
+    ``checkpoint_last.pt`` records both (``progress.stopped``, ``config``)."""
+    from nmt.checkpoint import load_checkpoint
 
-    log, saved = save_dir / "train.log", save_dir / "config.yaml"
-    if not (log.is_file() and saved.is_file() and (save_dir / "checkpoint_best.pt").is_file()):
+    last = save_dir / "checkpoint_last.pt"
+    if not (last.is_file() and (save_dir / "checkpoint_best.pt").is_file()):
         return False
-    events = [line[20:] for line in log.read_text(encoding="utf-8").splitlines()
-              if line[20:].startswith(("training ", "resuming ", "stopped at step "))]
-    if not events or not events[-1].startswith("stopped at step ") or ": interrupted" in events[-1]:
-        return False
-    tree = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
-    tree.pop("resolved", None)
-    return bool(tree == config)
-
-
-def _mark_done(spec: RunSpec, config: dict[str, Any]) -> None:
-    done = {"progress": training_progress(spec.save_dir), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "config": config}
-    path = spec.save_dir / "train_done.json"
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(done, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    payload = load_checkpoint(last)
+    return bool((payload.get("progress") or {}).get("stopped")) and payload["config"] == config
 
 
 def train_run(spec: RunSpec) -> None:
     """Train (or continue training) in a child process so a crash or Ctrl-C there leaves this driver in charge.
 
-    A run that already finished with the same resolved config returns at once; a finished run records its final
-    progress and config in ``save_dir/train_done.json``.
+    A run that already finished with the same resolved config returns at once.
     """
     from nmt.config import config_to_dict
 
     config = config_to_dict(load_config(spec.config_path, spec.overrides))
-    done_path = spec.save_dir / "train_done.json"
-    if done_path.is_file() and (spec.save_dir / "checkpoint_best.pt").is_file():
-        done = json.loads(done_path.read_text(encoding="utf-8"))
-        if done.get("config") == config:
-            print(f"{spec.save_dir}: training finished already ({done_path.name})", file=sys.stderr)
-            return
-    elif _finished_without_marker(spec.save_dir, config):
-        print(f"{spec.save_dir}: training finished already (train.log)", file=sys.stderr)
-        _mark_done(spec, config)
+    if finished(spec.save_dir, config):
+        print(f"{spec.save_dir}: training finished already", file=sys.stderr)
         return
     command = [sys.executable, "-m", "nmt", "train", str(spec.config_path), "--resume"]
     for override in spec.overrides:
@@ -160,7 +125,6 @@ def train_run(spec: RunSpec) -> None:
         raise
     if returncode != 0:
         raise NmtError(f"training {spec.save_dir} exited with status {returncode}; rerun to resume it")
-    _mark_done(spec, config)
 
 
 def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
@@ -190,13 +154,11 @@ def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
         "published": PUBLISHED.get((spec.pair, spec.system)), "test_sentences": len(sources),
         "decode_seconds": seconds,
     }
-    scores_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(scores_path, json.dumps(result, indent=2) + "\n")
     return result
 
 
 def format_result(result: dict[str, Any]) -> str:
-    from nmt.report import reference_score
-
     ref = reference_score(result["pair"], result["system"])
     beside = (f" | {ref['kind']} {ref['value']:.2f} ({result['tokenized_bleu'] - ref['value']:+.2f})"
               if ref["value"] is not None else " | published: not reported for this pair/system")

@@ -1,14 +1,14 @@
 """The reproduction report: run directories → one results tree (``results.json``) → ``results.md`` and plots.
 
 A run directory (``runs/PAIR[-cpu]-SYSTEM/``) holds what training and testing wrote: ``metrics.jsonl`` (one record per
-evaluation: step, bleu, gains, ...), ``train_done.json`` (final progress, from :func:`nmt.pipeline.train_run`),
-``test_scores.json`` and ``test.hyp`` (from :func:`nmt.pipeline.test_run`). Anything missing is reported as missing;
-nothing here trains or decodes.
+evaluation: step, bleu, gains, ...), ``checkpoint_last.pt`` (the final progress, read by
+:func:`nmt.experiments.pipeline.training_progress`), ``test_scores.json`` and ``test.hyp`` (from
+:func:`nmt.experiments.pipeline.test_run`). Anything missing is reported as missing; nothing here trains or decodes.
 
 Each system is compared with the TwT baseline (``prenorm_fixnorm_scalenorm``) by sacreBLEU's paired bootstrap on the
 tokenized test hypotheses, the papers' metric. The published number beside each result comes from
-:data:`nmt.pipeline.PUBLISHED`; QKNorm's per-pair numbers other than en-vi were not published, so for them the
-report shows the TwT baseline's published number plus QKNorm's average gain, labelled ``expected``.
+:data:`nmt.experiments.published.PUBLISHED`; QKNorm's per-pair numbers other than en-vi were not published, so for
+them the report shows the TwT baseline's published number plus QKNorm's average gain, labelled ``expected``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmt.atomic import atomic_write_text
 from nmt.errors import NmtError
 from nmt.evaluate import paired_bootstrap
-from nmt.pipeline import BASELINE, PUBLISHED, QKNORM_AVERAGE_GAIN
+from nmt.experiments.published import BASELINE, QKNORM_AVERAGE_GAIN, reference_score
+from nmt.model import site_of
 
-# Kind of attention → (module-name prefix, suffix); names as in ``Transformer.attention_modules``.
-GAIN_KINDS = {"encoder self": ("encoder.", ".self_attn"), "decoder self": ("decoder.", ".self_attn"),
-              "cross": ("decoder.", ".cross_attn")}
+# Label of each kind of attention (``nmt.model.ATTENTION_SITES``) in the gain summary.
+GAIN_KINDS = {"encoder": "encoder self", "decoder": "decoder self", "cross": "cross"}
 
 
 @dataclass(frozen=True)
@@ -70,24 +71,13 @@ def read_metrics(save_dir: Path) -> list[dict[str, Any]]:
 
 def collect_run(pair: str, system: str, save_dir: Path,
                 progress_reader: Callable[[Path], dict[str, Any] | None] | None = None) -> RunRecord:
-    """Read one run directory; ``progress_reader`` (e.g. from the checkpoint) is used without ``train_done.json``."""
-    done = _read_json(save_dir / "train_done.json")
-    progress = done.get("progress") if done else None
-    if progress is None and progress_reader is not None:
-        progress = progress_reader(save_dir)
+    """Read one run directory; ``progress_reader`` (e.g. :func:`nmt.experiments.pipeline.training_progress`)
+    gives its training progress."""
+    progress = progress_reader(save_dir) if progress_reader is not None else None
     hyp_path = save_dir / "test.hyp"
     hypotheses = hyp_path.read_text(encoding="utf-8").split("\n")[:-1] if hyp_path.is_file() else None
     return RunRecord(pair, system, save_dir, read_metrics(save_dir), _read_json(save_dir / "test_scores.json"),
                      hypotheses, progress)
-
-
-def reference_score(pair: str, system: str) -> dict[str, Any]:
-    """The published test BLEU of ``pair``/``system``, or for QKNorm the baseline's plus the average gain."""
-    if (pair, system) in PUBLISHED:
-        return {"value": PUBLISHED[(pair, system)], "kind": "published"}
-    if system == "qknorm" and (pair, BASELINE) in PUBLISHED:
-        return {"value": round(PUBLISHED[(pair, BASELINE)] + QKNORM_AVERAGE_GAIN, 2), "kind": "expected"}
-    return {"value": None, "kind": None}
 
 
 def gain_summary(gains: dict[str, float]) -> dict[str, Any]:
@@ -95,8 +85,10 @@ def gain_summary(gains: dict[str, float]) -> dict[str, Any]:
     def stats(values: list[float]) -> dict[str, float]:
         return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
 
-    groups = {kind: [g for name, g in gains.items() if name.startswith(prefix) and name.endswith(suffix)]
-              for kind, (prefix, suffix) in GAIN_KINDS.items()}
+    groups: dict[str, list[float]] = {label: [] for label in GAIN_KINDS.values()}
+    for name, gain in gains.items():
+        if (site := site_of(name)) is not None:
+            groups[GAIN_KINDS[site[0]]].append(gain)
     return {"all": stats(list(gains.values())), **{kind: stats(v) for kind, v in groups.items() if v}}
 
 
@@ -182,6 +174,5 @@ def build_results(records: Sequence[RunRecord], references: dict[str, list[str]]
 
 def write_json(results: dict[str, Any], path: Path) -> Path:
     """Write ``results`` as indented JSON."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(results, indent=2) + "\n")
     return path

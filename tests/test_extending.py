@@ -1,0 +1,91 @@
+"""The how-to of ``docs/design.md`` ("Adding a variant"), run: each toy variant is one class (or function) plus one
+registry line, and then a config can name it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from nmt import config
+from nmt.config import config_from_dict
+from nmt.model import build_model
+from nmt.modules.attention import ATTENTIONS, Scoring
+from nmt.modules.norms import NORMS
+from nmt.optim import SCHEDULES, LRController
+from nmt.vocab import BOS, EOS
+from tests.synthetic import prepare_synthetic, tiny_config
+
+TINY = {"enc_layers": 2, "dec_layers": 2, "d_model": 16, "d_ff": 32, "n_heads": 2, "max_positions": 32}
+V = 20
+
+
+class CenterNorm(nn.Module):
+    """A toy norm: subtract the mean over the last dimension (no scaling)."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x - x.mean(-1, keepdim=True)
+
+
+class HalfScaled(Scoring):
+    """A toy scorer: plain dot products at a fixed logit scale of 1/2."""
+
+    scale = 0.5
+
+
+def halving(step: int, peak: float, warmup: int, multiplier: float = 1.0) -> float:
+    """A toy schedule: ``peak`` halved every ``warmup`` steps."""
+    return peak * 0.5 ** (step // max(warmup, 1))
+
+
+def _translate_one(model: nn.Module) -> Tensor:
+    src = torch.tensor([[5, 6, 7, EOS]])
+    return model(src, torch.tensor([[BOS, 8, 9]]))
+
+
+def test_adding_a_norm(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(config.NmtError, match="'model.norm': 'centernorm' is not one of layernorm"):
+        config_from_dict({"model": {**TINY, "norm": "centernorm"}})
+    monkeypatch.setitem(NORMS, "centernorm", CenterNorm)  # the registry line
+    cfg = config_from_dict({"model": {**TINY, "norm": "centernorm", "attention": "scaled_dot"}})
+    model = build_model(cfg.model, V, None)
+    assert any(isinstance(m, CenterNorm) for m in model.modules())
+    assert _translate_one(model).shape == (1, 3, V)
+
+
+def test_adding_an_attention_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ATTENTIONS, "half_scaled", HalfScaled)
+    cfg = config_from_dict({"model": {**TINY, "attention": "half_scaled"}})
+    model = build_model(cfg.model, V, None)  # no QKNorm length needed: HalfScaled.needs_length is False
+    scorers = [attn.scoring for attn in model.attention_modules().values()]
+    assert len(scorers) == 6 and all(isinstance(s, HalfScaled) for s in scorers)
+    model.eval()
+    state = model.start(torch.tensor([[5, 6, 7, EOS]]))
+    log_probs, _ = model.step(torch.tensor([BOS]), state)  # incremental decoding works through the new scorer
+    full = torch.log_softmax(_translate_one(model)[:, 0].float(), dim=-1)
+    torch.testing.assert_close(log_probs, full, atol=1e-5, rtol=1e-5)
+
+
+def test_adding_a_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(SCHEDULES, "halving", halving)
+    cfg = config_from_dict({"train": {"schedule": "halving", "lr": 1e-3, "warmup_steps": 10}})
+    lr = LRController(cfg.train, d_model=16)
+    assert [lr.lr(step) for step in (1, 10, 25)] == [1e-3, 5e-4, 2.5e-4]
+
+
+def test_adding_a_language_pair(tmp_path: Path) -> None:
+    """A pair is data plus a config: ``nmt prepare xx-yy --from-dir DIR`` and ``data.pair: xx-yy``."""
+    from nmt.train_data import load_training_data
+
+    data_dir = prepare_synthetic(tmp_path)
+    cfg = config_from_dict(tiny_config(data_dir, tmp_path / "run"))
+    data = load_training_data(cfg)
+    assert len(data.train) > 0 and data.vocab_size <= 64
+    model = build_model(cfg.model, data.vocab_size, data.qknorm_length)
+    assert model.qknorm_gains()  # the data's length L initialised QKNorm
