@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import torch
 
-import nmt.train
 from nmt.checkpoint import load_checkpoint
 from nmt.config import config_from_dict
 from nmt.data.batching import collate
 from nmt.runtime import Runtime
 from nmt.train import Trainer
 from tests.synthetic import prepare_synthetic, tiny_config
+from tests.test_interrupt import corrupt_loss
 
 CPU_FP16 = Runtime(torch.device("cpu"), "fp16")
 
@@ -28,16 +28,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def overflow_at(calls: set[int], monkeypatch: pytest.MonkeyPatch) -> None:
     """The loss of these training batches (1-based) is infinite, as when fp16 activations overflow."""
-    real = nmt.train.label_smoothed_nll
-    seen = [0]
-
-    def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
-             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        seen[0] += 1
-        value, nll = real(logits, target, epsilon, keep)
-        return (value * math.inf, nll) if seen[0] in calls else (value, nll)
-
-    monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)
+    corrupt_loss(lambda call: call in calls, math.inf, monkeypatch)
 
 
 def trainer(data_dir: Path, save_dir: Path, runtime: Runtime = CPU_FP16, dropout: float = 0.1,

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,9 @@ def test_signal_saves_checkpoint_and_resume_continues(signum: int, data_dir: Pat
     assert f"step {step}" in capsys.readouterr().err  # "resuming ... step N"
 
 
-def nan_after(calls: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """From the ``calls``-th training batch on, the loss is NaN (as when activations overflow)."""
+def corrupt_loss(hit: Callable[[int], bool], factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multiply the training loss by ``factor`` (inf, nan) at the training batches (1-based) where ``hit`` holds, as
+    when fp16 activations overflow."""
     real = nmt.train.label_smoothed_nll
     seen = [0]
 
@@ -83,7 +85,7 @@ def nan_after(calls: int, monkeypatch: pytest.MonkeyPatch) -> None:
              keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         seen[0] += 1
         value, nll = real(logits, target, epsilon, keep)
-        return (value * math.nan, nll) if seen[0] >= calls else (value, nll)
+        return (value * factor, nll) if hit(seen[0]) else (value, nll)
 
     monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)
 
@@ -98,7 +100,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir: Path, tmp_p
                                                            monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path / "config.yaml", data_dir, tmp_path / "run", max_steps=12, eval_every=5)
-    nan_after(8, monkeypatch)
+    corrupt_loss(lambda call: call >= 8, math.nan, monkeypatch)
     assert cli.main(["train", str(config)]) == 2
     last = tmp_path / "run" / "checkpoint_last.pt"
     message = one_error_line(capsys)
