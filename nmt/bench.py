@@ -12,6 +12,7 @@ Benchmarks are measurements, never timed tests: nothing here asserts a speed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from nmt.loader import BatchLoader
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
+    from nmt.data.batching import Batch
     from nmt.train import Trainer
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class BenchSettings:
         beam: beam size of the beam-search measurement (greedy is measured too).
         checkpoint: decode with these trained weights instead of the freshly trained-for-a-few-steps model (an
             untrained model rambles until the length limit, which is slower than real decoding).
+        roof_samples: updates (spread over the timed ones) on which the step is compared with its matmul roof
+            (:mod:`nmt.roof`); 0 skips it.
     """
 
     steps: int | None = 20
@@ -55,6 +59,7 @@ class BenchSettings:
     decode_sentences: int = 200
     beam: int = 4
     checkpoint: str | None = None
+    roof_samples: int = 8
 
 
 def summarize(values: list[float]) -> dict[str, Any]:
@@ -89,8 +94,10 @@ def make_trainer(cfg: Config, runtime: Runtime) -> Trainer:
     return Trainer(cfg, runtime)
 
 
-def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int) -> dict[str, Any]:
-    """Throughput of ``trainer.train_step`` over ``steps`` updates (after ``warmup``), ``repeats`` times.
+def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int,
+                  roof_samples: int = 0) -> dict[str, Any]:
+    """Throughput of ``trainer.train_step`` over ``steps`` updates (after ``warmup``), ``repeats`` times; with
+    ``roof_samples``, also the step against its matmul roof on that many updates spread over the timed ones.
 
     Every repeat replays the same batches of epoch 1 (the first ``warmup`` batches warm up, the next ``steps`` are
     timed, wrapping around to the epoch's start), so repeats see identical shapes. ``steps=None`` times every
@@ -111,9 +118,35 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
         return stats["src_tokens"], stats["tgt_tokens"], sum(len(ix) for ix in indices)
 
     try:
-        return _timed_repeats(update, device, steps, warmup, repeats, uf)
+        result = _timed_repeats(update, device, steps, warmup, repeats, uf)
+        result["peak_rss_mb"] = peak_rss_mb()  # before the roof's replay allocates its own operands
+        if roof_samples > 0:
+            picks = sorted({warmup + (i * steps) // roof_samples for i in range(roof_samples)})
+            result["roof"] = matmul_roof(trainer, [loader.get((1, k), chunks[k * uf:(k + 1) * uf]) for k in picks])
+        return result
     finally:
         loader.close()
+
+
+def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
+    """The training step against its matmul roof (:mod:`nmt.roof`) on ``updates``: each is timed once through
+    ``train_step`` (after one untimed run of it), and run once more to record its matmuls."""
+    from nmt.roof import record, roof_report
+
+    device = trainer.rt.device
+    seconds, matmuls = 0.0, []
+    for batches in updates:
+        trainer.train_step(batches)
+        _sync(device)
+        started = time.perf_counter()
+        trainer.train_step(batches)
+        _sync(device)
+        seconds += time.perf_counter() - started
+        matmuls += record(functools.partial(trainer.train_step, batches))
+    trainer.settle()
+    report = roof_report(matmuls, seconds, device)
+    report["updates"] = len(updates)
+    return report
 
 
 def _timed_repeats(update: Callable[[int], tuple[float, float, int]], device: torch.device, steps: int, warmup: int,
@@ -202,8 +235,9 @@ def run_bench(cfg: Config, settings: BenchSettings) -> dict[str, Any]:
             torch.cuda.reset_peak_memory_stats(runtime.device)
         trainer = make_trainer(cfg, runtime)
         n_params = sum(p.numel() for p in trainer.model.parameters())
-        train = time_training(trainer, settings.steps, settings.warmup, settings.repeats)
-        memory: dict[str, float] = {"peak_rss_mb": peak_rss_mb()}
+        train = time_training(trainer, settings.steps, settings.warmup, settings.repeats,
+                              settings.roof_samples)
+        memory: dict[str, float] = {"peak_rss_mb": train.pop("peak_rss_mb")}
         if runtime.device.type == "cuda":
             memory["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(runtime.device) / 2**20
         decode: dict[str, Any] = {}
@@ -251,6 +285,7 @@ def format_report(result: dict[str, Any]) -> str:
         f"  tgt tokens/s      {_fmt(t['tgt_tokens_per_s'])}",
         f"  sentences/s       {_fmt(t['sentences_per_s'], 1)}",
         f"  updates/s         {_fmt(t['steps_per_s'], 2)}",
+        *roof_lines(t.get("roof")),
         f"memory: peak RSS {m['peak_rss_mb']:.0f} MiB after training, {m['peak_rss_mb_after_decoding']:.0f} MiB "
         "after decoding" + (f"; CUDA max allocated {m['cuda_max_allocated_mb']:.0f} MiB"
                             if "cuda_max_allocated_mb" in m else ""),
@@ -264,6 +299,16 @@ def format_report(result: dict[str, Any]) -> str:
     if result["decode"].get("checkpoint"):
         lines.append(f"decoding weights: {result['decode']['checkpoint']}")
     return "\n".join(lines)
+
+
+def roof_lines(roof: dict[str, Any] | None) -> list[str]:
+    """The matmul-roof line of the report (none when it was not measured)."""
+    if not roof:
+        return []
+    dtypes = ", ".join(f"{k} {100 * v:.0f}%" for k, v in roof["matmul_flop_share_by_dtype"].items())
+    return [f"  matmul roof       {roof['roof_gflops']:.1f} GFLOP/s (the {roof['matmuls']} matmuls of "
+            f"{roof['updates']} updates, {roof['matmul_gflop']:.1f} GFLOP, {dtypes}, replayed alone); the step runs "
+            f"them at {roof['step_gflops']:.1f} GFLOP/s = {100 * roof['fraction_of_roof']:.0f}% of the roof"]
 
 
 def to_json(result: dict[str, Any]) -> str:

@@ -203,6 +203,7 @@ class Trainer:
                     logits = self.net(batch.src, batch.tgt_in)
                 loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.train.label_smoothing,
                                                self.model.logit_mask)
+                del logits  # backward needs the log-probabilities, not the (B, T, V) logits: free them first
                 self.scaler.scale(loss * (self.rt.world_size / tgt_tokens)).backward()
             sums += torch.stack([loss.detach(), nll.detach()]).float()
         step = self.progress.step + 1

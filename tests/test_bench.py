@@ -45,6 +45,9 @@ def test_bench_json(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     for key in ("src_tgt_tokens_per_s", "tgt_tokens_per_s", "sentences_per_s", "steps_per_s"):
         assert positive(train[key]), key
     assert train["src_tgt_tokens_per_s"]["median"] > train["tgt_tokens_per_s"]["median"]
+    roof = train["roof"]  # the step's matmuls replayed alone: faster than the whole step
+    assert roof["updates"] == 2 and roof["matmuls"] > 0 and roof["matmul_flop_share_by_dtype"] == {"float32": 1.0}
+    assert 0 < roof["fraction_of_roof"] < 1 and roof["roof_gflops"] > roof["step_gflops"] > 0
     assert result["memory"]["peak_rss_mb"] > 0
     for mode in ("beam4", "greedy"):
         decode = result["decode"][mode]
@@ -72,6 +75,7 @@ def test_bench_table_and_option_errors(data_dir: Path, tmp_path: Path, capsys: p
     assert main(["bench", str(config), "--steps", "1", "--repeats", "1", "--warmup", "0", "--sentences", "0"]) == 0
     out = capsys.readouterr().out
     assert "tgt tokens/s" in out and "load average" in out and "sentences/s, " not in out
+    assert "matmul roof" in out and "% of the roof" in out
     assert main(["bench", str(config), "--steps", "0"]) == 2
     assert "--steps 0 must be at least 1" in capsys.readouterr().err
 

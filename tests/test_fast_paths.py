@@ -51,6 +51,18 @@ def test_cpu_dropout_keeps_expected_fraction_and_scales() -> None:
     torch.testing.assert_close(z.grad, (out != 0).float() * 2.0)
 
 
+def test_cpu_dropout_keeps_only_a_boolean_mask_for_backward() -> None:
+    saved: list[torch.Tensor] = []
+    x = torch.randn(64, 32, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = dropout(x, 0.3, training=True)
+    assert [t.dtype for t in saved] == [torch.bool]  # one byte per element, not a float copy of the mask
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, saved[0].float() / 0.7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the activation's dtype is kept
+        assert dropout(x.bfloat16(), 0.3, training=True).dtype == torch.bfloat16
+
+
 # bf16 matmuls of 600 different shapes, then the process's resident memory in MiB
 _MANY_SHAPES = textwrap.dedent("""
     import torch

@@ -41,6 +41,10 @@ def fake_run(save_dir: Path, pair: str, system: str, hyps: list[str], refs: list
             gains = {name: 12.0 + i + j for j, name in enumerate(GAINS)} if qknorm else {}
             handle.write(json.dumps({"step": step, "bleu": 5.0 * i, "dev_loss": 3.0 - i, "lr": 1e-3,
                                      "gains": gains}) + "\n")
+    (save_dir / "train.log").write_text(  # started, then resumed on another machine
+        "2026-12-01 02:01:30 training ...\n2026-12-01 02:01:30 machine: CPU A (avx2), 2 threads\n"
+        "2026-12-01 03:01:30 machine: CPU B (avx512f), 4 threads\n2026-12-01 03:01:31 machine: CPU B (avx512f), "
+        "4 threads\n", encoding="utf-8")
     bleu = tokenized_bleu(hyps, refs)
     (save_dir / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     (save_dir / "test_scores.json").write_text(json.dumps({
@@ -107,7 +111,7 @@ def test_training_and_gains(report: dict[str, Any]) -> None:
     results = report["results"]
     done = run_of(results, "gl-en", "qknorm")["training"]
     assert done == {"steps": 300, "train_seconds": 3725.0, "epoch": 9, "best_dev_bleu": 15.0, "best_step": 300,
-                    "evaluations": 3}
+                    "evaluations": 3, "machines": ["CPU A (avx2), 2 threads", "CPU B (avx512f), 4 threads"]}
     from_metrics = run_of(results, "en-vi", "qknorm")["training"]  # no progress: from metrics.jsonl
     assert from_metrics["steps"] == 300 and from_metrics["best_dev_bleu"] == 15.0
     assert from_metrics["train_seconds"] is None
@@ -128,6 +132,7 @@ def test_markdown(report: dict[str, Any]) -> None:
     assert f"| {PUBLISHED[('gl-en', BASELINE)]:.2f} |" in text and "(baseline)" in text
     assert "| gl-en | qknorm | tested | 300 | 1h02 | 15.00 (300) | 16.50 [15.00, 18.00] |" in text
     assert "| gl-en | prenorm_layernorm | missing |" in text
+    assert "- gl-en qknorm: CPU A (avx2), 2 threads; then CPU B (avx512f), 4 threads" in text  # the machines
     assert "## Learned QKNorm g" in text and "![dev BLEU, gl-en](dev_bleu_gl-en.png)" in text
 
 

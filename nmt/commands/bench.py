@@ -2,7 +2,8 @@
 
 Training throughput (source+target tokens/s, target tokens/s, sentences/s from wall clock over ``--steps`` updates,
 or the whole first epoch with ``--epoch``, after ``--warmup``), peak memory (RSS; CUDA max allocated on a GPU) and
-decoding speed (sentences/s at ``--beam`` and greedy on ``--sentences`` test sentences), each the median of
+the training step against its matmul roof (its matmuls replayed alone with the same shapes, ``--roof-samples``
+updates), decoding speed (sentences/s at ``--beam`` and greedy on ``--sentences`` test sentences), each the median of
 ``--repeats`` runs with its spread, and the machine's load average before and after. Example:
 ``nmt bench bench --set system=prenorm_fixnorm_layernorm``.
 """
@@ -32,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, default=_DEFAULTS.beam, help="beam size of the beam-search measurement")
     parser.add_argument("--checkpoint", default=None,
                         help="decode with this checkpoint's weights (default: the model after the timed steps)")
+    parser.add_argument("--roof-samples", type=int, default=_DEFAULTS.roof_samples,
+                        help="updates on which the training step is compared with its matmul roof (0: skip)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of a table")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable), e.g. --set system=qknorm")
@@ -46,14 +49,15 @@ def run(args: argparse.Namespace) -> int:
     for name in ("steps", "repeats", "beam") if not args.epoch else ("repeats", "beam"):
         if getattr(args, name) < 1:
             raise NmtError(f"--{name} {getattr(args, name)} must be at least 1")
-    if args.warmup < 0 or args.sentences < 0:
-        raise NmtError("--warmup and --sentences must be >= 0")
+    if args.warmup < 0 or args.sentences < 0 or args.roof_samples < 0:
+        raise NmtError("--warmup, --sentences and --roof-samples must be >= 0")
     overrides = ["train.progress=false", "train.tensorboard=false", *args.overrides]
     if args.device:
         overrides.append(f"train.device={args.device}")
     cfg = load_config(args.config, overrides)
     settings = BenchSettings(steps=None if args.epoch else args.steps, warmup=args.warmup, repeats=args.repeats,
-                             decode_sentences=args.sentences, beam=args.beam, checkpoint=args.checkpoint)
+                             decode_sentences=args.sentences, beam=args.beam, checkpoint=args.checkpoint,
+                             roof_samples=args.roof_samples)
     result = run_bench(cfg, settings)
     result["config"] = args.config
     result["overrides"] = args.overrides

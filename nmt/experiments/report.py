@@ -92,6 +92,18 @@ def gain_summary(gains: dict[str, float]) -> dict[str, Any]:
     return {"all": stats(list(gains.values())), **{kind: stats(v) for kind, v in groups.items() if v}}
 
 
+MACHINE_MARK = " machine: "  # the line nmt.train logs at every (re)start of a run
+
+
+def run_machines(save_dir: Path) -> list[str]:
+    """The machines a run trained on, in order (one per distinct ``machine:`` line of its ``train.log``)."""
+    log = save_dir / "train.log"
+    if not log.is_file():
+        return []
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    return list(dict.fromkeys(line.split(MACHINE_MARK, 1)[1] for line in lines if MACHINE_MARK in line))
+
+
 def _training(record: RunRecord) -> dict[str, Any]:
     progress = record.progress or {}
     evals = [(m["step"], m["bleu"]) for m in record.metrics if m.get("bleu") is not None]
@@ -99,7 +111,7 @@ def _training(record: RunRecord) -> dict[str, Any]:
     return {"steps": progress.get("step", evals[-1][0] if evals else None),
             "train_seconds": progress.get("train_seconds"), "epoch": progress.get("epoch"),
             "best_dev_bleu": progress.get("best_bleu", best[1]), "best_step": progress.get("best_step", best[0]),
-            "evaluations": len(evals)}
+            "evaluations": len(evals), "machines": run_machines(record.save_dir)}
 
 
 def _gains(record: RunRecord) -> dict[str, Any] | None:

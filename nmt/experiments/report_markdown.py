@@ -69,7 +69,10 @@ def training_table(results: dict[str, Any]) -> list[str]:
         steps = train["steps"] if train["steps"] is not None else "—"
         lines.append(f"| {run['pair']} | {run['system']} | {run['status']} | {steps} | "
                      f"{_duration(train['train_seconds'])} | {best} | {g} |")
-    return lines
+    machines = [f"- {run['pair']} {run['system']}: " + "; then ".join(run["training"]["machines"])
+                for run in results["runs"] if run["training"].get("machines")]
+    return lines + (["", "Trained on (CPU or GPU, ISA flags, threads, torch; from each run's train.log):", *machines]
+                    if machines else [])
 
 
 def gains_table(results: dict[str, Any]) -> list[str]:

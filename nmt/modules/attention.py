@@ -213,8 +213,11 @@ class MultiHeadAttention(nn.Module):
         return self._merge(out)
 
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """Attention logits (B, H, Tq, Tk) in float32 (float64 inputs: float64), as the fused kernel computes them."""
+        """Attention logits (B, H, Tq, Tk) in float32 (float64 inputs: float64), as the fused kernel computes them;
+        under autocast in its dtype (the float32 copies would be cast straight back)."""
         scale = self.scoring.scale if self.scoring.scale is not None else 1.0 / math.sqrt(q.size(-1))
+        if torch.is_autocast_enabled(q.device.type):  # autocast runs the matmul in its own dtype: no float32 copies
+            return torch.matmul(q, k.transpose(-1, -2)) * scale
         acc = torch.promote_types(q.dtype, torch.float32)
         return torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
 

@@ -1,0 +1,136 @@
+"""The matmul roof of a training step: how fast its matrix multiplications run alone, with the same shapes.
+
+A training step is "at X% of the matmul roof" when its matrix multiplications, replayed back to back on random
+tensors of the same shapes and dtypes (so nothing else runs: no norms, softmax, dropout, casts, optimizer or
+Python), take X% of the step's wall time. Equivalently, the step's matmul FLOP/s divided by the replay's FLOP/s.
+The shapes are recorded from the real steps (forward and backward) by a ``TorchDispatchMode``, so the roof is the
+one of this model at this batch shape and precision: under bf16 autocast it is the bf16 roof.
+
+Recorded: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (what ``nn.Linear`` and ``torch.matmul`` become), and the fused
+attention kernels as the batched matmuls they compute (2 forward, 4 backward).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One batched matmul ``(batch, m, k) @ (batch, k, n)`` in ``dtype`` (batch 1 for a plain mm)."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+    dtype: torch.dtype
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.k * self.n
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> Matmul:
+    return Matmul(1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> Matmul:
+    return Matmul(a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backward: bool) -> list[Matmul]:
+    """The batched matmuls of attention over (B, H, T, D) tensors: scores and output; backward: the four
+    gradients (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q)."""
+    heads, tq, tk, d, dv = q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+    forward = [Matmul(heads, tq, d, tk, q.dtype), Matmul(heads, tq, tk, dv, q.dtype)]
+    if not backward:
+        return forward
+    return [Matmul(heads, tk, tq, dv, q.dtype), Matmul(heads, tq, dv, tk, q.dtype),
+            Matmul(heads, tq, tk, d, q.dtype), Matmul(heads, tk, tq, d, q.dtype)]
+
+
+_RULES: dict[Any, Callable[..., list[Matmul]]] = {
+    aten.mm.default: lambda a, b, *_: [_mm(a, b)],
+    aten.addmm.default: lambda _bias, a, b, *_: [_mm(a, b)],
+    aten.bmm.default: lambda a, b, *_: [_bmm(a, b)],
+    aten.baddbmm.default: lambda _bias, a, b, *_: [_bmm(a, b)],
+}
+for _name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"):
+    if hasattr(aten, _name):
+        _RULES[getattr(aten, _name).default] = lambda q, k, v, *_: _attention(q, k, v, backward=False)
+    if hasattr(aten, _name + "_backward"):  # (grad_out, q, k, v, ...)
+        _RULES[getattr(aten, _name + "_backward").default] = lambda _g, q, k, v, *_: _attention(q, k, v, True)
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Records every matmul that runs inside it (forward and backward) as :class:`Matmul` shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.matmuls: list[Matmul] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        rule = _RULES.get(func)
+        if rule is not None:
+            self.matmuls.extend(rule(*args))
+        return func(*args, **(kwargs or {}))
+
+
+def record(fn: Callable[[], Any]) -> list[Matmul]:
+    """The matmuls that ``fn()`` runs."""
+    with MatmulRecorder() as recorder:
+        fn()
+    return recorder.matmuls
+
+
+def replay_seconds(matmuls: list[Matmul], device: torch.device, repeats: int = 3) -> float:
+    """Fastest of ``repeats`` back-to-back replays of ``matmuls`` on random tensors of the same shapes."""
+    operands: dict[tuple[int, int, int, int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+    for mm in matmuls:
+        key = (mm.batch, mm.m, mm.k, mm.n, mm.dtype)
+        if key not in operands:
+            operands[key] = (torch.randn(mm.batch, mm.m, mm.k, device=device).to(mm.dtype),
+                             torch.randn(mm.batch, mm.k, mm.n, device=device).to(mm.dtype))
+    calls = [operands[(mm.batch, mm.m, mm.k, mm.n, mm.dtype)] for mm in matmuls]
+
+    def once() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        for a, b in calls:
+            if a.shape[0] == 1:
+                torch.mm(a[0], b[0])
+            else:
+                torch.bmm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - started
+
+    once()  # warm-up: kernel selection, oneDNN primitive creation
+    return min(once() for _ in range(repeats))
+
+
+def roof_report(matmuls: list[Matmul], step_seconds: float, device: torch.device) -> dict[str, Any]:
+    """The steps' matmul FLOPs, the replay's rate (the roof) and the steps' rate against it."""
+    flops = sum(mm.flops for mm in matmuls)
+    replay = replay_seconds(matmuls, device)
+    dtypes: dict[str, int] = {}
+    for mm in matmuls:
+        dtypes[str(mm.dtype).replace("torch.", "")] = dtypes.get(str(mm.dtype).replace("torch.", ""), 0) + mm.flops
+    return {
+        "matmuls": len(matmuls), "matmul_gflop": flops / 1e9,
+        "matmul_flop_share_by_dtype": {k: v / flops for k, v in dtypes.items()} if flops else {},
+        "replay_seconds": replay, "step_seconds": step_seconds,
+        "roof_gflops": flops / replay / 1e9 if replay else 0.0,
+        "step_gflops": flops / step_seconds / 1e9 if step_seconds else 0.0,
+        "fraction_of_roof": replay / step_seconds if step_seconds else 0.0,
+    }
