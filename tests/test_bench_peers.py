@@ -24,3 +24,21 @@ def test_decode_table_lists_every_decoder_with_bleu_and_ratios() -> None:
     assert "| 7.00 | 83.3 | 2,500 | 30.0 | 500 | 2.50x | 1.25x | 1.0 → 2.0 |" in rows["nmt (ours), int8"]
     assert "| 1800 | 7.30 |" in rows["fairseq 0.12.3.1, fp32"] and "| 0.50x |" in rows["fairseq 0.12.3.1, fp32"]
     assert "first 1112 test sentences" in "\n".join(lines)
+
+
+def test_training_table_puts_our_matmul_roof_beside_the_speeds() -> None:
+    import argparse
+
+    peers = load_bench_peers()
+    train = {"updates": 95, "sentences_per_s": 136.0, "tgt_tokens_per_s": 4372.0, "updates_per_s": 1.15,
+             "sentences_per_update": 118.0}
+    ours = {"train": train, "peak_rss_mb": 2000.0, "load_before": [2.0], "load_after": [2.0],
+            "roof": {"fraction_of_roof": 0.47, "step_gflops": 292.0, "roof_gflops": 619.0}}
+    fairseq = {"train": {**train, "sentences_per_s": 63.5}, "peak_rss_mb": 1387.0, "load_before": [2.0],
+               "load_after": [2.0]}
+    machine = {"cpu": "x", "isa": ["amx_bf16"], "bf16_native": True, "threads": 2, "cpu_count": 2, "torch": "2.13"}
+    results = {"meta": {"date": "d", "command": "c", "machine": machine, "ours_precisions": "p"},
+               "ours-bf16": ours, "fairseq": fairseq}
+    text = peers.markdown(results, argparse.Namespace(epoch=True, updates=40, warmup=5, sentences=0))
+    assert "| nmt (ours), bf16 autocast | 136.0 |" in text and "| 2.14x |" in text
+    assert "- nmt (ours), bf16 autocast: 47% of the roof (292 of 619 GFLOP/s)" in text
