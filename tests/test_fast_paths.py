@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt.modules.attention import unit_norm
-from nmt.modules.dropout import dropout
+from nmt.modules.dropout import dropout, keep_mask
 
 
 def test_unit_norm_matches_normalize_and_gradcheck() -> None:
@@ -49,6 +49,20 @@ def test_cpu_dropout_keeps_expected_fraction_and_scales() -> None:
     out.sum().backward()
     assert z.grad is not None
     torch.testing.assert_close(z.grad, (out != 0).float() * 2.0)
+
+
+def test_cpu_dropout_mask_probability_and_independence() -> None:
+    torch.manual_seed(0)
+    for p in (0.1, 0.3, 0.4):
+        mask = keep_mask(torch.Size([1000, 1001]), p, torch.device("cpu"))  # an odd size: not a multiple of 4
+        assert mask.shape == (1000, 1001) and mask.dtype == torch.bool
+        assert abs(mask.float().mean().item() - (1 - p)) < 0.003
+        flat = mask.flatten().float()  # the four 16-bit draws of one 64-bit word are independent
+        for lag in (1, 2, 3, 4):
+            corr = torch.corrcoef(torch.stack([flat[:-lag], flat[lag:]]))[0, 1].item()
+            assert abs(corr) < 0.005, (p, lag, corr)
+    assert keep_mask(torch.Size([64]), 0.0, torch.device("cpu")).all()
+    assert keep_mask(torch.Size([4096]), 0.9999, torch.device("cpu")).float().mean() < 0.01
 
 
 def test_cpu_dropout_keeps_only_a_boolean_mask_for_backward() -> None:
