@@ -168,6 +168,9 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+MACHINE_LINE = "machine: "  # how a run's train.log names its machine (nmt.train writes it, reports read it)
+
+
 def describe_machine(info: dict[str, Any]) -> str:
     """One line of :func:`machine_info`'s record, e.g. ``Intel(R) Xeon(R) Processor (avx2, avx512f, ...), ...``."""
     isa = ", ".join(info["isa"]) or info["torch_cpu_capability"]

@@ -102,17 +102,19 @@ def replay_seconds(matmuls: list[Matmul], device: torch.device, repeats: int = 3
                              torch.randn(mm.batch, mm.k, mm.n, device=device).to(mm.dtype))
     calls = [operands[(mm.batch, mm.m, mm.k, mm.n, mm.dtype)] for mm in matmuls]
 
-    def once() -> float:
+    def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+
+    def once() -> float:
+        sync()
         started = time.perf_counter()
         for a, b in calls:
             if a.shape[0] == 1:
                 torch.mm(a[0], b[0])
             else:
                 torch.bmm(a, b)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync()
         return time.perf_counter() - started
 
     once()  # warm-up: kernel selection, oneDNN primitive creation
@@ -125,7 +127,8 @@ def roof_report(matmuls: list[Matmul], step_seconds: float, device: torch.device
     replay = replay_seconds(matmuls, device)
     dtypes: dict[str, int] = {}
     for mm in matmuls:
-        dtypes[str(mm.dtype).replace("torch.", "")] = dtypes.get(str(mm.dtype).replace("torch.", ""), 0) + mm.flops
+        name = str(mm.dtype).removeprefix("torch.")
+        dtypes[name] = dtypes.get(name, 0) + mm.flops
     return {
         "matmuls": len(matmuls), "matmul_gflop": flops / 1e9,
         "matmul_flop_share_by_dtype": {k: v / flops for k, v in dtypes.items()} if flops else {},

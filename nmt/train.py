@@ -26,7 +26,7 @@ from nmt.config import RESOLVED_KEY, Config, config_to_dict
 from nmt.data.batching import Batch, make_batches
 from nmt.errors import NmtError
 from nmt.evaluate import tokenized_bleu
-from nmt.hardware import describe_machine, machine_info
+from nmt.hardware import MACHINE_LINE, describe_machine, machine_info
 from nmt.loader import BatchLoader
 from nmt.loss import label_smoothed_nll
 from nmt.model import build_model
@@ -335,7 +335,7 @@ class Trainer:
         p.stopped = ""
         log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
         log.line(self.describe(resumed=resume and p.step > 0))
-        log.line(f"machine: {describe_machine(machine_info())}")  # what the run's speed figures were measured on
+        log.line(MACHINE_LINE + describe_machine(machine_info()))  # what the run's speed figures were measured on
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         started, start_seconds = time.time(), p.train_seconds
         window = {"tokens": 0.0, "time": time.time()}

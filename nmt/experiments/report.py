@@ -24,6 +24,7 @@ from nmt.atomic import atomic_write_text
 from nmt.errors import NmtError
 from nmt.evaluate import paired_bootstrap
 from nmt.experiments.published import BASELINE, QKNORM_AVERAGE_GAIN, reference_score
+from nmt.hardware import MACHINE_LINE
 from nmt.model import site_of
 
 # Label of each kind of attention (``nmt.model.ATTENTION_SITES``) in the gain summary.
@@ -92,16 +93,15 @@ def gain_summary(gains: dict[str, float]) -> dict[str, Any]:
     return {"all": stats(list(gains.values())), **{kind: stats(v) for kind, v in groups.items() if v}}
 
 
-MACHINE_MARK = " machine: "  # the line nmt.train logs at every (re)start of a run
-
-
 def run_machines(save_dir: Path) -> list[str]:
-    """The machines a run trained on, in order (one per distinct ``machine:`` line of its ``train.log``)."""
+    """The machines a run trained on, in order (one per distinct ``machine:`` line that training logs at every
+    (re)start in ``train.log``)."""
     log = save_dir / "train.log"
     if not log.is_file():
         return []
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    return list(dict.fromkeys(line.split(MACHINE_MARK, 1)[1] for line in lines if MACHINE_MARK in line))
+    mark = " " + MACHINE_LINE  # after the log's timestamp
+    return list(dict.fromkeys(line.split(mark, 1)[1] for line in lines if mark in line))
 
 
 def _training(record: RunRecord) -> dict[str, Any]:

@@ -36,10 +36,11 @@ class _KeepScale(torch.autograd.Function):
 
 
 def keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
-    """A boolean mask of ``shape``, each element True with probability ``1 - round(p * 2**16) / 2**16``."""
+    """A boolean mask of ``shape``, each element True with probability ``1 - round(p * 2**16) / 2**16`` (at least
+    ``2**-16``: the threshold must stay an int16)."""
     n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)  # all 64 bits
-    threshold = round(p * 65536) - 32768  # int16 values are uniform on [-32768, 32767]
+    threshold = min(round(p * 65536), 65535) - 32768  # int16 values are uniform on [-32768, 32767]
     return (words.view(torch.int16)[:n] >= threshold).view(shape)
 
 
@@ -49,7 +50,4 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
-    keep = keep_mask(x.shape, p, x.device)
-    if not torch.is_grad_enabled() or not x.requires_grad:
-        return x.mul(keep).mul_(1.0 / (1.0 - p))
-    return typing.cast(Tensor, _KeepScale.apply(x, keep, 1.0 / (1.0 - p)))
+    return typing.cast(Tensor, _KeepScale.apply(x, keep_mask(x.shape, p, x.device), 1.0 / (1.0 - p)))
