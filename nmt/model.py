@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.config import ModelConfig, resolve_qknorm_length
+from nmt.decoder_state import CACHE_GROW, DecoderState
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.modules.feedforward import FeedForward
@@ -46,9 +47,6 @@ def site_of(name: str) -> tuple[str, int] | None:
     return (kind, int(parts[1])) if kind is not None else None
 
 
-_CACHE_GROW = 16  # self-attention cache capacity added when full (positions); select keeps at most this many free
-
-
 def padding_mask(src: Tensor) -> Tensor | None:
     """Boolean key mask (B, 1, 1, S), True = real token; None when ``src`` has no PAD (keeps fused kernels fast).
 
@@ -61,83 +59,6 @@ def padding_mask(src: Tensor) -> Tensor | None:
         return None
     keep = ~pad | pad.all(-1, keepdim=True)
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
-
-
-def _grouping(rows: Tensor) -> tuple[Tensor, int] | None:
-    """``(u, g)`` such that ``rows == u.repeat_interleave(g)``, or None when ``rows`` has no such structure."""
-    n = rows.numel()
-    if n == 0:
-        return rows, 1
-    values, counts = torch.unique_consecutive(rows, return_counts=True)
-    g = n // values.numel()
-    if values.numel() * g != n or not bool(counts.eq(g).all()):
-        return None
-    return values, g
-
-
-@dataclasses.dataclass(frozen=True)
-class DecoderState:
-    """Incremental decoding state.
-
-    The cross-attention keys/values are identical for all beams of one sentence, so they are stored once per
-    *memory row*: decoder row ``i`` reads memory row ``i // group``. Beam search's ``select`` then never copies
-    them while the set of live sentences is unchanged (fairseq skips reordering its static K/V the same way);
-    they are pruned only when sentences leave.
-
-    Attributes:
-        memory_kv: cross-attention keys and values of every decoder layer, (L, 2, M, H, S, D/H).
-        src_mask: source key mask (M, 1, 1, S), or None when no source has padding.
-        self_kv: self-attention key/value buffer of every layer, (L, 2, N, H, capacity, D/H), N = M * group;
-            positions from ``length`` on are unwritten (attention reads only the first ``length + 1``).
-        length: number of target positions decoded so far.
-        group: consecutive decoder rows sharing one memory row.
-        spare: free flat buffers, shared by the states of one search, that ``select`` gathers into.
-
-    ``step`` writes the new position into ``self_kv`` in place and returns a state sharing the buffer, and
-    ``select`` hands this state's buffer to the next ``select``: use only the latest state of a search.
-    """
-
-    memory_kv: Tensor
-    src_mask: Tensor | None
-    self_kv: Tensor
-    length: int
-    group: int = 1
-    spare: list[Tensor] = dataclasses.field(default_factory=list)
-
-    def select(self, index: Tensor) -> DecoderState:
-        """Keep/reorder batch rows: row ``i`` of the result is row ``index[i]`` of this state."""
-        memory_rows = index // self.group if self.group > 1 else index
-        grouping = _grouping(memory_rows)
-        memory_kv, src_mask, group = self.memory_kv, self.src_mask, 1
-        rows: Tensor | None = memory_rows  # memory rows to keep; None: keep them all as they are
-        if grouping is not None:
-            rows, group = grouping
-            if rows.numel() == memory_kv.size(2) and torch.equal(rows, torch.arange(rows.numel(), device=rows.device)):
-                rows = None  # the same live sentences (beam search between two finished sentences)
-        if rows is not None:
-            memory_kv = _rows(memory_kv, rows)
-            src_mask = None if src_mask is None else src_mask[rows]
-        L, _, _, H, capacity, d_head = self.self_kv.shape
-        needed = L * 2 * index.numel() * H * capacity * d_head
-        spare = next((i for i, b in enumerate(self.spare) if b.numel() >= needed), None)
-        buffer = self.spare.pop(spare) if spare is not None else self.self_kv.new_empty(needed)
-        # gather into a recycled buffer: on CPU, writing fresh memory costs more in page faults than the copy itself
-        self_kv = _rows(self.self_kv, index, out=buffer[:needed].view(L, 2, index.numel(), H, capacity, d_head))
-        self.spare.append(self.self_kv.view(-1))  # this state is consumed: its buffer serves the next select
-        return DecoderState(memory_kv, src_mask, self_kv, self.length, group, self.spare)
-
-
-def _rows(x: Tensor, index: Tensor, out: Tensor | None = None) -> Tensor:
-    """Rows ``index`` of dimension 2 of a contiguous (L, 2, N, ...) tensor.
-
-    Through a 3-d view: ``index_select`` on the 6-d tensor (and advanced indexing) take a path ~5-20x slower on CPU.
-    """
-    L, two, n = x.shape[:3]
-    flat = x.view(L * two, n, -1)
-    if out is None:
-        return flat.index_select(1, index).view(L, two, index.numel(), *x.shape[3:])
-    torch.index_select(flat, 1, index, out=out.view(L * two, index.numel(), -1))
-    return out
 
 
 class Encoder(nn.Module):
@@ -228,9 +149,7 @@ class Transformer(nn.Module):
         memory_kv = torch.stack(
             [torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder.blocks]
         )  # L x 2 x (N, H, S, D/H) -> (L, 2, N, H, S, D/H)
-        L, _, N, H, _, d_head = memory_kv.shape
-        self_kv = memory_kv.new_empty(L, 2, N, H, min(_CACHE_GROW, self.embed.positions.size(0)), d_head)
-        return DecoderState(memory_kv=memory_kv, src_mask=src_mask, self_kv=self_kv, length=0)
+        return DecoderState.empty(memory_kv, src_mask, min(CACHE_GROW, self.embed.positions.size(0)))
 
     @torch.no_grad()
     def step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
@@ -240,19 +159,15 @@ class Transformer(nn.Module):
             log-probabilities (N, V) of the next token in float32 (float64 for a float64 model), and the advanced
             state.
         """
+        state = state.advanced()
         t = state.length
-        self_kv = state.self_kv
-        if t == self_kv.size(-2):  # full: grow by a fixed chunk (one copy every _CACHE_GROW steps)
-            grown = self_kv.new_empty(*self_kv.shape[:-2], t + _CACHE_GROW, self_kv.size(-1))
-            grown[..., :t, :] = self_kv
-            self_kv = grown
         table = self.embed.table()
         x = self.embed(prev[:, None], table, offset=t, side=1)  # (N,) -> (N, 1, D)
         for i, layer in enumerate(self.decoder.blocks):
-            x = layer.step(x, self_kv[i], t, state.memory_kv[i, 0], state.memory_kv[i, 1], state.src_mask,
-                           state.group)
+            x = layer.step(x, state.self_kv[i], state.slots, t, state.memory_kv[i, 0], state.memory_kv[i, 1],
+                           state.src_mask, state.place)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
-        state = DecoderState(state.memory_kv, state.src_mask, self_kv, t + 1, state.group, state.spare)
+        state = dataclasses.replace(state, length=t + 1)
         return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1), state
 
     def attention_modules(self) -> dict[str, MultiHeadAttention]:

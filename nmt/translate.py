@@ -106,7 +106,8 @@ class Translator:
         self.device = device
         # the runtime's autocast() is the decoding arithmetic
         chosen = choose_decode_precision(precision or config.decode.precision, device,
-                                         "decode precision" if precision else "decode.precision")
+                                         "decode precision" if precision else "decode.precision",
+                                         cast(torch.nn.Module, model), tokenizer.vocab_size)
         if chosen.name == INT8:  # an int8 copy of the Linear layers (nmt/quantize.py); autocast stays off
             self.model = cast(Seq2Seq[Any], quantize_for_decoding(cast(torch.nn.Module, model)))
         self.runtime = Runtime(device, chosen.name, precision_reason=chosen.reason)

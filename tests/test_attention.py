@@ -10,6 +10,7 @@ import torch
 
 from nmt import config
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm, QKRMSNorm, qknorm_gain_init
+from nmt.modules.placement import Placement
 
 D, H = 16, 4
 
@@ -135,8 +136,8 @@ def test_cached_step_equals_causal_forward(name: str) -> None:
     attn = _attention(name)
     x = torch.randn(2, 7, D)
     full = attn(x, is_causal=True)
-    cache = torch.zeros(2, 2, H, 8, D // H)
-    steps = [attn.step(x[:, t : t + 1], cache, t) for t in range(7)]
+    cache, slots = torch.zeros(2, 2, H, 1, 8, D // H), torch.zeros(2, 1, 8, dtype=torch.long)
+    steps = [attn.step(x[:, t : t + 1], cache, slots, t, Placement(group=1, n_blocks=2)) for t in range(7)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.test_model import VARIANTS, _batch, _model
+from tests.test_model import TINY, VARIANTS, _batch, _model
+
+H = TINY["n_heads"]
 
 
 def _check(variant: str, selections: dict[int, list[int]], steps: int = 40) -> None:
@@ -43,16 +45,25 @@ def test_selections_across_cache_growth() -> None:
     _check("qknorm", {t: perm for t in range(0, 40, 3)} | {16: [0, 0, 1, 1, 2, 2, 3, 3]})
 
 
-def test_grouped_memory_is_shared_until_sentences_leave() -> None:
+def test_beam_reorders_move_no_cache_and_finished_sentences_stay_until_half_are_gone() -> None:
     model = _model().eval()
     state = model.start(_batch([5, 6, 4]))
     _, state = model.step(torch.full((3,), 2), state)
     memory = state.memory_kv
-    beamed = state.select(torch.tensor([0, 0, 1, 1, 2, 2]))
-    assert beamed.group == 2 and beamed.memory_kv is memory and beamed.self_kv.size(2) == 6
+    beamed = state.select(torch.tensor([0, 0, 1, 1, 2, 2]))  # the beam widens: one gather, memory shared
+    assert beamed.group == 2 and beamed.memory_kv is memory and beamed.self_kv.shape[2:5] == (3, H, 2)
     _, beamed = model.step(torch.full((6,), 5), beamed)
-    pruned = beamed.select(torch.tensor([0, 1, 4, 5]))
-    assert pruned.group == 2 and pruned.memory_kv.size(2) == 2 and pruned.length == 2
+    reordered = beamed.select(torch.tensor([1, 1, 2, 3, 5, 4]))  # within sentences: only back-pointers change
+    assert reordered.self_kv is beamed.self_kv and reordered.memory_kv is memory
+    assert reordered.slots[0, :, 1].tolist() == [1, 1] and reordered.slots[2, :, 1].tolist() == [1, 0]
+    _, reordered = model.step(torch.full((6,), 6), reordered)
+    pruned = reordered.select(torch.tensor([0, 1, 4, 5]))  # one of three sentences leaves: its block stays
+    assert pruned.self_kv is reordered.self_kv and pruned.memory_kv is memory
+    assert pruned.place.blocks is not None and pruned.place.blocks.tolist() == [0, 2] and pruned.place.live == 2
+    _, pruned = model.step(torch.full((4,), 7), pruned)
+    alone = pruned.select(torch.tensor([3, 2]))  # one of three blocks live: compact stores
+    assert alone.place.blocks is None and alone.memory_kv.size(2) == 1 and alone.self_kv.size(2) == 1
+    assert alone.slots[0, :, :4].tolist() == [[0, 0, 0, 0], [1, 1, 1, 1]] and alone.length == 4
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

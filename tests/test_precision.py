@@ -117,7 +117,8 @@ def test_translate_says_its_precision(cpu_class: pytest.MonkeyPatch, tmp_path: P
     source.write_text("the cat sat .\n", encoding="utf-8")
     args = ["translate", "--checkpoint", str(checkpoint), "--input", str(source), "--device", "cpu"]
     # decoding's auto is the fastest arithmetic by nmt.quantize's decoder-step probe (bf16 here)
-    cpu_class.setattr(quantize, "decode_speeds", lambda: quantize.DecodeSpeeds({"fp32": 1.0, "bf16": 0.4, "int8": 0.5}))
+    speeds = quantize.DecodeSpeeds({"fp32": 1.0, "bf16": 0.4, "int8": 0.5})
+    cpu_class.setattr(quantize, "decode_speeds", lambda model, vocab: speeds)
     assert run_cli([*args, "--precision", "auto"], cpu_class) == 0
     assert "precision bf16 (auto: decoder-step probe, time relative to fp32: fp32 1.00, bf16 0.40, int8 0.50)" in \
         capsys.readouterr().err

@@ -110,17 +110,19 @@ def test_auto_picks_int8_only_when_clearly_faster(monkeypatch: pytest.MonkeyPatc
     assert DecodeSpeeds({"fp32": 1.0, "int8": 1.2}).best == "fp32"
     assert DecodeSpeeds({"fp32": 1.0, "int8": 0.5}).best == "int8"
     speeds = DecodeSpeeds({"fp32": 2.0, "int8": 1.0})
-    monkeypatch.setattr(quantize, "decode_speeds", lambda: speeds)
-    chosen = choose_decode_precision("auto", CPU)
+    monkeypatch.setattr(quantize, "decode_speeds", lambda model, vocab: speeds)
+    chosen = choose_decode_precision("auto", CPU, model=nn.Linear(2, 2), vocab=8)
     assert chosen.name == "int8"
     assert chosen.reason.startswith("auto: decoder-step probe, time relative to fp32: fp32 1.00, int8 0.50")
     assert choose_decode_precision("fp32", CPU).name == "fp32"
 
 
-def test_real_probe_measures_every_candidate() -> None:
-    speeds = quantize.decode_speeds()
+def test_real_probe_decodes_with_the_model_in_every_candidate(tmp_path: Path) -> None:
+    model, _, tokenizer = restore_model(load_checkpoint(tiny_checkpoint(tmp_path)), CPU)
+    speeds = quantize.decode_speeds(model.eval(), tokenizer.vocab_size)
     assert {"fp32", "int8"} <= set(speeds.seconds) and all(s > 0 for s in speeds.seconds.values())
     assert speeds.best in speeds.seconds
+    assert not any(is_quantized(m) for m in model.modules())  # the probe's int8 copy leaves the model float
 
 
 def test_int8_needs_a_cpu() -> None:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from nmt.modules.dropout import dropout
 from nmt.modules.norms import RMSNorm
+from nmt.modules.placement import Placement
 
 
 class Scoring(nn.Module):
@@ -274,41 +275,58 @@ class MultiHeadAttention(nn.Module):
         record.append(weights)
         return out
 
-    def step(self, x: Tensor, cache: Tensor, t: int) -> Tensor:
-        """One incremental self-attention step.
+    def step(self, x: Tensor, cache: Tensor, slots: Tensor, t: int, place: Placement) -> Tensor:
+        """One incremental self-attention step over a cache that beam search never reorders.
+
+        Every row writes its key/value at position ``t`` into its own slot (``j`` for row ``m * group + j``) of its
+        sentence's block; ``slots`` says, for each row and earlier position, which slot of the block holds that
+        position of the row's hypothesis (its ancestor's). The ``group`` queries of a block are scored against all
+        its slots at once and each row keeps the logits of its own ancestors: ``group`` times the (small) score
+        matmul, instead of copying every layer's cache each step to put the beams' histories in their rows.
 
         Args:
-            x: the new position's input (N, 1, D).
-            cache: this layer's key/value buffer (2, N, H, capacity, D/H); position ``t`` is written in place.
+            x: the live rows' new position (N, 1, D).
+            cache: this layer's store (2, n_blocks, H, group, capacity, D/H); position ``t`` is written in place,
+                positions after ``t`` hold finite values (zeros).
+            slots: (n_blocks, group, capacity) slot holding each position of each row's hypothesis.
             t: index of the new position.
+            place: where the live rows sit in the store.
 
         Returns:
             (N, 1, D).
         """
         q, k, v = self.project_self(x)
-        cache[0, :, :, t] = k[:, :, 0]
-        cache[1, :, :, t] = v[:, :, 0]
-        return self.attend(q, cache[0, :, :, : t + 1], cache[1, :, :, : t + 1])
+        place.write(cache[:, :, :, :, t], k, v)
+        q = place.to_blocks(q)  # (N, H, 1, D/H) -> (n_blocks, H, g, D/H)
+        _, n_blocks, H, g, capacity, d_head = cache.shape
+        if g == 1:  # one row per block: its slot is its history
+            out = F.scaled_dot_product_attention(q, cache[0, :, :, 0, : t + 1], cache[1, :, :, 0, : t + 1],
+                                                 scale=self.scoring.scale)
+            return self.out_proj(place.to_rows(out))
+        keys = cache[0].view(n_blocks, H, g * capacity, d_head)
+        logits = self.scores(q, keys).view(n_blocks, H, g, g, capacity)[..., : t + 1]  # (.., row, slot, position)
+        ancestors = slots[:, None, :, None, : t + 1].expand(n_blocks, H, g, 1, t + 1)
+        weights = logits.gather(3, ancestors).float().softmax(-1)  # (n_blocks, H, g, 1, t + 1)
+        spread = weights.new_zeros(n_blocks, H, g, g, capacity)  # each row's weights at its ancestors' slots
+        spread[..., : t + 1].scatter_(3, ancestors, weights)
+        values = cache[1].view(n_blocks, H, g * capacity, d_head)
+        out = torch.matmul(spread.view(n_blocks, H, g, g * capacity).to(values.dtype), values)  # (n_blocks, H, g, D/H)
+        return self.out_proj(place.to_rows(out))
 
-    def step_cross(self, x: Tensor, memory_k: Tensor, memory_v: Tensor, mask: Tensor | None, group: int) -> Tensor:
-        """One incremental cross-attention step for N = M * ``group`` rows sharing M memories.
-
-        The ``group`` rows of one memory (the beams of one sentence) attend as ``group`` query positions of one
-        batch entry, so the keys/values are never repeated per beam.
+    def step_cross(self, x: Tensor, memory_k: Tensor, memory_v: Tensor, mask: Tensor | None,
+                   place: Placement) -> Tensor:
+        """One incremental cross-attention step: the ``group`` rows of a sentence attend as ``group`` query
+        positions of its block, so the keys/values are never repeated per beam.
 
         Args:
-            x: the new position's input (N, 1, D).
-            memory_k, memory_v: scored keys and values (M, H, S, D/H).
-            mask: source key mask (M, 1, 1, S) or None.
-            group: consecutive rows of ``x`` sharing one memory row.
+            x: the live rows' new position (N, 1, D).
+            memory_k, memory_v: scored keys and values (n_blocks, H, S, D/H).
+            mask: source key mask (n_blocks, 1, 1, S) or None.
+            place: where the live rows sit in the blocks.
 
         Returns:
             (N, 1, D).
         """
-        q = self.project_queries(x)  # (N, H, 1, D/H)
-        if group == 1:
-            return self.attend(q, memory_k, memory_v, mask)
-        N = q.size(0)
-        q = q.reshape(N // group, group, self.n_heads, self.d_head).transpose(1, 2)  # -> (M, H, group, D/H)
+        q = place.to_blocks(self.project_queries(x))  # (N, H, 1, D/H) -> (n_blocks, H, g, D/H)
         out = F.scaled_dot_product_attention(q, memory_k, memory_v, attn_mask=mask, scale=self.scoring.scale)
-        return self.out_proj(out.transpose(1, 2).reshape(N, 1, self.d_model))  # (M, H, g, D/H) -> (N, 1, D)
+        return self.out_proj(place.to_rows(out))

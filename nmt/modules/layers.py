@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.dropout import dropout
 from nmt.modules.feedforward import FeedForward
+from nmt.modules.placement import Placement
 
 
 class Residual(nn.Module):
@@ -91,15 +92,16 @@ class DecoderLayer(nn.Module):
         self,
         x: Tensor,
         self_cache: Tensor,
+        slots: Tensor,
         t: int,
         memory_k: Tensor,
         memory_v: Tensor,
         src_mask: Tensor | None,
-        group: int = 1,
+        place: Placement,
     ) -> Tensor:
-        """One incremental step at position ``t``: ``x`` (N, 1, D), ``self_cache`` (2, N, H, capacity, D/H),
-        precomputed cross-attention keys/values (M, H, S, D/H) shared by ``group`` consecutive rows
-        (N = M * group); returns (N, 1, D)."""
-        x = self.self_res(x, lambda h: self.self_attn.step(h, self_cache, t))
-        x = self.cross_res(x, lambda h: self.cross_attn.step_cross(h, memory_k, memory_v, src_mask, group))
+        """One incremental step at position ``t`` of the live rows ``x`` (N, 1, D) placed by ``place``: the
+        self-attention store ``self_cache`` (2, n_blocks, H, group, capacity, D/H) with its ``slots``, precomputed
+        cross-attention keys/values (n_blocks, H, S, D/H) (:meth:`MultiHeadAttention.step`); returns (N, 1, D)."""
+        x = self.self_res(x, lambda h: self.self_attn.step(h, self_cache, slots, t, place))
+        x = self.cross_res(x, lambda h: self.cross_attn.step_cross(h, memory_k, memory_v, src_mask, place))
         return self.ffn_res(x, self.ffn)
