@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from nmt import __version__
+from nmt.allocator import reexec_with_allocator
 from nmt.errors import NmtError
 
 COMMANDS: dict[str, str] = {
@@ -48,6 +49,12 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # run as the program: re-execute with TCMalloc preloaded where found (nmt/allocator.py)
+        try:
+            reexec_with_allocator()
+        except NmtError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(selected if selected in COMMANDS else None)

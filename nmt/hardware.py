@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from nmt import allocator
+
 # ISA flags reported with every benchmark figure (x86 names from /proc/cpuinfo, then the Arm ones)
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 # flags of CPUs with bf16 arithmetic in hardware
@@ -163,6 +165,7 @@ def machine_info() -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torch": str(torch.__version__),
+        "allocator": allocator.active(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "platform": platform.platform(),
     }
@@ -176,5 +179,5 @@ def describe_machine(info: dict[str, Any]) -> str:
     isa = ", ".join(info["isa"]) or info["torch_cpu_capability"]
     bf16 = "native bf16" if info["bf16_native"] else "no native bf16"
     text = (f"{info['cpu']} ({isa}; {bf16}), {info['threads']} threads of {info['cpu_count']} CPUs, "
-            f"torch {info['torch']}")
+            f"torch {info['torch']}, malloc {info.get('allocator', 'system')}")
     return text + (f", GPU {info['cuda']}" if info.get("cuda") else "")
