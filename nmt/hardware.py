@@ -179,5 +179,5 @@ def describe_machine(info: dict[str, Any]) -> str:
     isa = ", ".join(info["isa"]) or info["torch_cpu_capability"]
     bf16 = "native bf16" if info["bf16_native"] else "no native bf16"
     text = (f"{info['cpu']} ({isa}; {bf16}), {info['threads']} threads of {info['cpu_count']} CPUs, "
-            f"torch {info['torch']}, malloc {info.get('allocator', 'system')}")
+            f"torch {info['torch']}" + (f", malloc {info['allocator']}" if info.get("allocator") else ""))
     return text + (f", GPU {info['cuda']}" if info.get("cuda") else "")

@@ -14,12 +14,12 @@ The quantized engine is chosen per CPU (:func:`int8_engine`): oneDNN where the C
 (AVX-512 VNNI, AVX-VNNI or AMX-INT8), fbgemm (torch's ``x86`` engine) elsewhere.
 
 ``decode.precision: auto`` picks the fastest of fp32, bf16 (only where native, :mod:`nmt.hardware`) and int8 by
-:func:`decode_speeds`: a short timing (a fraction of a second) of the model itself decoding a few beam-search steps
-of a probe batch in each arithmetic: encoder, cross-attention keys, every decoder layer, the output projection and
-the beams' reordering, so the float work that quantization does not speed up (norms, attention over the cache, the
-activations' quantization) is in the comparison. A probe of the matmuls alone picked int8 on a CPU where bf16
-decoded 7% faster end to end. int8 still wins only where it beats the best float arithmetic by
-:data:`INT8_MARGIN`, since it costs a little accuracy.
+:func:`decode_speeds`: a short timing (about a second for the bench model) of the model itself decoding a few
+beam-search steps of a probe batch in each arithmetic: encoder, cross-attention keys, every decoder layer, the
+output projection and the beams' reordering, so the float work that quantization does not speed up (norms,
+attention over the cache, the activations' quantization) is in the comparison. A probe of the matmuls alone picked
+int8 on a CPU where bf16 decoded 7% faster end to end. int8 still wins only where it beats the best float
+arithmetic by :data:`INT8_MARGIN`, since it costs a little accuracy.
 """
 
 from __future__ import annotations
