@@ -26,6 +26,21 @@ def test_unit_norm_matches_normalize_and_gradcheck() -> None:
     assert torch.autograd.gradcheck(lambda t: unit_norm(t), (x,))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_unit_norm_without_autograd_equals_the_autograd_path(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    qkv = torch.randn(6, 1, 3, 4, 8).to(dtype)
+    qkv[0] = 0.0  # zero vectors stay zero
+    heads = qkv.permute(2, 0, 3, 1, 4)[0]  # a permuted view, as the projections give them
+    g = torch.tensor(2.5)
+    with torch.no_grad():
+        fast, fast_plain = unit_norm(heads, g), unit_norm(heads)
+    assert fast.dtype == dtype
+    torch.testing.assert_close(fast, unit_norm(heads, g).detach())
+    torch.testing.assert_close(fast_plain, unit_norm(heads).detach())
+    assert torch.equal(fast[0], torch.zeros_like(fast[0]))
+
+
 def test_unit_norm_zero_vector_and_bf16_autocast() -> None:
     assert torch.equal(unit_norm(torch.zeros(2, 4)), torch.zeros(2, 4))
     x = torch.randn(4, 6, 16).bfloat16().requires_grad_()

@@ -112,7 +112,16 @@ class _UnitNorm(torch.autograd.Function):
 
 def unit_norm(x: Tensor, scale: Tensor | None = None) -> Tensor:
     """``x`` l2-normalized over its last dimension (times the scalar ``scale`` if given), in ``x``'s dtype."""
-    return typing.cast(Tensor, _UnitNorm.apply(x, scale))
+    if torch.is_grad_enabled():
+        return typing.cast(Tensor, _UnitNorm.apply(x, scale))
+    # without autograd (decoding): the same arithmetic in 3 kernels, none of the Function's bookkeeping (2x faster
+    # for a decoding step's (N, H, 1, D/H) heads, where QKNorm was 7% of beam search)
+    x = x.contiguous()
+    acc = torch.promote_types(x.dtype, torch.float32)
+    factor = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=acc).clamp_min_(1e-12).reciprocal_()
+    if scale is not None:
+        factor = factor * scale.to(acc)
+    return x * factor.to(x.dtype)
 
 
 class QKRMSNorm(Scoring):
