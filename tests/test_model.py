@@ -152,6 +152,33 @@ def test_fixnorm_table_cache_follows_weight_updates() -> None:
         torch.testing.assert_close(model(src, tgt), first)
 
 
+@pytest.mark.parametrize("variant", ["qknorm", "rmsnorm_post"])  # FixNorm's table, and the plain weight
+def test_decoding_logits_under_autocast_cast_once_and_follow_updates(variant: str) -> None:
+    model = _model(variant, logit_mask=True).eval()
+    model.embed.set_logit_mask(torch.arange(V) != 7)
+    h = torch.randn(3, 32)
+
+    def autocast_logits() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model.embed.logits(h)
+
+    def reference() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.linear(h, model.embed.table(), model.embed._bias(h))  # autocast's own casts, every call
+
+    first = autocast_logits()
+    cached = model.embed._cast_cache
+    assert first.dtype == torch.bfloat16 and torch.equal(first, reference())
+    assert autocast_logits() is not None and model.embed._cast_cache is cached  # cast once
+    with torch.no_grad():
+        model.embed.weight.mul_(2.0)  # in place, still in eval mode
+        model.embed.output_bias.add_(1.0)
+    model.embed.set_logit_mask(torch.arange(V) != 9)
+    assert torch.equal(autocast_logits(), reference()) and model.embed._cast_cache is not cached
+    model.train().eval()
+    assert model.embed._cast_cache is None
+
+
 def test_fixnorm_scales_inputs_by_sqrt_d() -> None:
     model = _model("qknorm").eval()
     tokens = torch.tensor([[5, 6, 7]])

@@ -85,6 +85,8 @@ class TiedEmbedding(nn.Module):
         self.register_buffer("logit_mask", torch.ones(vocab_size, dtype=torch.bool) if logit_mask else None)
         self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
         self._table_cache: tuple[tuple[int, int, torch.dtype], Tensor] | None = None
+        # decoding under autocast: the output projection's weight and bias in the autocast dtype, cast once
+        self._cast_cache: tuple[tuple[int, int, int, int, int, torch.dtype], tuple[Tensor, Tensor]] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -115,6 +117,7 @@ class TiedEmbedding(nn.Module):
 
     def train(self, mode: bool = True) -> TiedEmbedding:
         self._table_cache = None
+        self._cast_cache = None
         return super().train(mode)
 
     def forward(self, tokens: Tensor, table: Tensor | None = None, offset: int = 0, side: int = 0) -> Tensor:
@@ -143,10 +146,27 @@ class TiedEmbedding(nn.Module):
 
     def logits(self, h: Tensor, table: Tensor | None = None) -> Tensor:
         """Output logits ``h . w^T + bias``, masked types at -1e9: (..., D) -> (..., V)."""
+        table = self.table() if table is None else table
+        device = h.device.type
+        if not self.training and not torch.is_grad_enabled() and torch.is_autocast_enabled(device):
+            # decoding: autocast would cast the (V, D) table every step (it caches only leaf parameters' casts)
+            return F.linear(h, *self._cast_for_autocast(table, torch.get_autocast_dtype(device), h))
+        return F.linear(h, table, self._bias(h))
+
+    def _bias(self, h: Tensor) -> Tensor:
         bias: Tensor = self.output_bias
         if self.logit_mask is not None:
             bias = bias.masked_fill(~self.logit_mask, _masked_logit(h))
-        return F.linear(h, self.table() if table is None else table, bias)
+        return bias
+
+    def _cast_for_autocast(self, table: Tensor, dtype: torch.dtype, h: Tensor) -> tuple[Tensor, Tensor]:
+        """``table`` and the (masked) bias in ``dtype``, kept until the table, bias or mask change (in-place updates
+        bump the version counters; :meth:`train` drops it)."""
+        mask_version = -1 if self.logit_mask is None else self.logit_mask._version
+        key = (table.data_ptr(), table._version, self.weight._version, self.output_bias._version, mask_version, dtype)
+        if self._cast_cache is None or self._cast_cache[0] != key:
+            self._cast_cache = (key, (table.detach().to(dtype), self._bias(h).detach().to(dtype)))
+        return self._cast_cache[1]
 
 
 MASKED_LOGIT = -1e9  # the official value (model.py logit_fn); exp underflows to exactly 0 in every float dtype
