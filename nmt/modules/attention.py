@@ -315,7 +315,8 @@ class MultiHeadAttention(nn.Module):
         keys = cache[0].view(n_blocks, H, g * capacity, d_head)
         logits = self.scores(q, keys).view(n_blocks, H, g, g, capacity)[..., : t + 1]  # (.., row, slot, position)
         ancestors = slots[:, None, :, None, : t + 1].expand(n_blocks, H, g, 1, t + 1)
-        weights = logits.gather(3, ancestors).float().softmax(-1)  # (n_blocks, H, g, 1, t + 1)
+        wide = torch.promote_types(logits.dtype, torch.float32)  # as scores(): float64 stays float64
+        weights = logits.gather(3, ancestors).to(wide).softmax(-1)  # (n_blocks, H, g, 1, t + 1)
         spread = weights.new_zeros(n_blocks, H, g, g, capacity)  # each row's weights at its ancestors' slots
         spread[..., : t + 1].scatter_(3, ancestors, weights)
         values = cache[1].view(n_blocks, H, g * capacity, d_head)
