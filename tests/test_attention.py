@@ -120,6 +120,8 @@ def test_fully_masked_row_gives_no_nan() -> None:
     assert torch.isfinite(fused).all() and torch.isfinite(explicit).all() and torch.isfinite(weights).all()
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(training_path, explicit, atol=1e-5, rtol=1e-5)
+    training_path.sum().backward()
+    assert attn.in_proj.weight.grad is not None and torch.isfinite(attn.in_proj.weight.grad).all()
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))

@@ -1,5 +1,5 @@
-"""Hand-written fast paths equal what they replace: QKNorm's unit norm (forward and gradients) and CPU dropout; the
-bounded oneDNN primitive cache of CPU bf16 runs keeps memory down."""
+"""Hand-written fast paths equal what they replace: QKNorm's unit norm (forward and gradients), CPU dropout and the
+label-smoothed loss's gradient; the bounded oneDNN primitive cache of CPU bf16 runs keeps memory down."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nmt.loss import label_smoothed_nll
 from nmt.modules.attention import unit_norm
 from nmt.modules.dropout import dropout, keep_mask
+from nmt.vocab import PAD
 
 
 def test_unit_norm_matches_normalize_and_gradcheck() -> None:
@@ -39,6 +41,29 @@ def test_unit_norm_without_autograd_equals_the_autograd_path(dtype: torch.dtype)
     torch.testing.assert_close(fast, unit_norm(heads, g).detach())
     torch.testing.assert_close(fast_plain, unit_norm(heads).detach())
     assert torch.equal(fast[0], torch.zeros_like(fast[0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_unit_norm_gradients_match_float64_normalize(dtype: torch.dtype) -> None:
+    """Permuted heads in, a transposed gradient back (as the score matmul gives the keys'): both gradients within
+    the dtype's rounding of autograd through F.normalize in float64."""
+    torch.manual_seed(0)
+    qkv = torch.randn(5, 7, 3, 2, 16, dtype=torch.float64)
+    upstream = torch.randn(5, 2, 16, 7, dtype=torch.float64).transpose(-1, -2)  # (B, H, T, D/H), not contiguous
+    grads = []
+    for work in (dtype, torch.float64):
+        x = qkv.to(work).requires_grad_()
+        g = torch.tensor(3.5, requires_grad=True)
+        heads = x.permute(2, 0, 3, 1, 4)[0]
+        out = unit_norm(heads, g) if work == dtype else F.normalize(heads, dim=-1) * g
+        out.backward(upstream.to(work))
+        assert x.grad is not None and g.grad is not None
+        grads.append((x.grad.double(), g.grad.double()))
+    rounding = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-23
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=8 * rounding, rtol=8 * rounding)
+    # the gain's gradient sums grad . unit over every row, with cancellation: bounded by the rounding of its terms
+    terms = (upstream * F.normalize(qkv.permute(2, 0, 3, 1, 4)[0], dim=-1)).abs().sum()
+    assert abs(grads[0][1] - grads[1][1]) <= 4 * rounding * terms, (grads[0][1], grads[1][1], terms)
 
 
 def test_unit_norm_zero_vector_and_bf16_autocast() -> None:
@@ -90,6 +115,48 @@ def test_cpu_dropout_keeps_only_a_boolean_mask_for_backward() -> None:
     torch.testing.assert_close(x.grad, saved[0].float() / 0.7)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the activation's dtype is kept
         assert dropout(x.bfloat16(), 0.3, training=True).dtype == torch.bfloat16
+
+
+def _plain_label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, eps: float,
+                              keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss written with autograd's own operations (log_softmax, nll_loss, sums), as the fast path replaces."""
+    lprobs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1).flatten(0, 1)
+    flat = target.reshape(-1)
+    real = flat != PAD
+    if keep is None:
+        nll = F.nll_loss(lprobs, flat, ignore_index=PAD, reduction="sum")
+        smooth = -(lprobs.sum(-1) * real).sum() / lprobs.size(-1)
+    else:
+        nll = -(lprobs.gather(-1, flat[:, None])[:, 0] * (real & keep[flat])).sum()
+        smooth = -((lprobs @ keep.to(lprobs.dtype)) * real).sum() / keep.sum()
+    return (1 - eps) * nll + eps * smooth, nll
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_label_smoothed_loss_gradient_equals_autograd(masked: bool, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    V = 11
+    keep = torch.tensor([i % 3 != 0 for i in range(V)]) if masked else None
+    raw = torch.randn(3, 5, V, dtype=torch.float64)
+    if keep is not None:
+        raw = raw.masked_fill(~keep, -1e9)
+    target = torch.randint(4, V, (3, 5))
+    target[0, 3:] = PAD
+    target[2, 0] = 3  # outside the mask when there is one: adds nothing to the NLL
+    for w_loss, w_nll in ((1.0, 0.0), (0.0, 1.0), (0.7, -0.3)):  # either output, or both, carries the gradient
+        fast, plain = raw.to(dtype).requires_grad_(), raw.to(dtype).requires_grad_()
+        loss, nll = label_smoothed_nll(fast, target, 0.1, keep)
+        loss_ref, nll_ref = _plain_label_smoothed_nll(plain, target, 0.1, keep)
+        torch.testing.assert_close((loss, nll), (loss_ref, nll_ref))
+        (w_loss * loss + w_nll * nll).backward()
+        (w_loss * loss_ref + w_nll * nll_ref).backward()
+        assert fast.grad is not None and fast.grad.dtype == dtype
+        tolerance = {"atol": 4e-3, "rtol": 1e-2} if dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(fast.grad, plain.grad, **tolerance)
+    if dtype == torch.float64:
+        x = raw.clone().requires_grad_()
+        assert torch.autograd.gradcheck(lambda z: label_smoothed_nll(z, target, 0.1, keep), (x,))
 
 
 # bf16 matmuls of 600 different shapes, then the process's resident memory in MiB
