@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import nmt.loss
 from nmt.loss import label_smoothed_nll
 from nmt.modules.attention import unit_norm
 from nmt.modules.dropout import dropout, keep_mask
@@ -132,9 +133,13 @@ def _plain_label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, eps: f
     return (1 - eps) * nll + eps * smooth, nll
 
 
+@pytest.mark.parametrize("block_rows", [None, 4])  # None: one block of all 15 rows; 4: blocks of 4, 4, 4 and 3
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
-def test_label_smoothed_loss_gradient_equals_autograd(masked: bool, dtype: torch.dtype) -> None:
+def test_label_smoothed_loss_gradient_equals_autograd(masked: bool, dtype: torch.dtype, block_rows: int | None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    if block_rows is not None:
+        monkeypatch.setattr(nmt.loss, "CHUNK_ELEMENTS", block_rows * 11)
     torch.manual_seed(0)
     V = 11
     keep = torch.tensor([i % 3 != 0 for i in range(V)]) if masked else None
