@@ -134,7 +134,7 @@ def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
     from nmt.roof import record, roof_report
 
     device = trainer.rt.device
-    seconds, matmuls = 0.0, []
+    seconds, matmuls = 0.0, []  # matmuls: one list per update, replayed on its own
     for batches in updates:
         trainer.train_step(batches)
         _sync(device)
@@ -142,7 +142,7 @@ def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
         trainer.train_step(batches)
         _sync(device)
         seconds += time.perf_counter() - started
-        matmuls += record(functools.partial(trainer.train_step, batches))
+        matmuls.append(record(functools.partial(trainer.train_step, batches)))
     trainer.settle()
     report = roof_report(matmuls, seconds, device)
     report["updates"] = len(updates)

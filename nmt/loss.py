@@ -60,7 +60,7 @@ class _SmoothedNLL(torch.autograd.Function):
             lprobs = torch.empty(flat_logits.shape, dtype=acc, device=logits.device)
             weight = None if keep is None else keep.to(acc) / keep.sum()  # smoothing over the kept types
             summed = torch.empty(lprobs.size(0), dtype=acc, device=logits.device)  # sum_v u_v log p_v (times V)
-            for rows in _row_blocks(*lprobs.shape, logits.device):
+            for rows in _row_blocks(lprobs.size(0), lprobs.size(1), logits.device):
                 block = torch.log_softmax(flat_logits[rows].to(acc), dim=-1, out=lprobs[rows])
                 summed[rows] = block.sum(dim=-1) if weight is None else block @ weight  # masked (~ -1e9) times 0
             flat = target.reshape(-1)
@@ -90,7 +90,7 @@ class _SmoothedNLL(torch.autograd.Function):
             toward_p = counted * toward_target + on_real * smoothing
             away = on_real * (smoothing / lprobs.size(-1)) if weight is None else on_real * -smoothing
             at_target = counted * -toward_target
-            for rows in _row_blocks(*lprobs.shape, lprobs.device):
+            for rows in _row_blocks(lprobs.size(0), lprobs.size(1), lprobs.device):
                 # in place on one new block: an out-of-place addcmul broadcasting (N, 1) factors was 2x slower
                 block = lprobs[rows].exp().mul_(toward_p[rows])
                 if weight is None:

@@ -3,9 +3,11 @@ of those shapes gives a rate the step is measured against."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+import nmt.roof
 from nmt.roof import Matmul, record, replay_seconds, roof_report
 
 
@@ -37,8 +39,20 @@ def test_autocast_records_the_lower_precision() -> None:
 def test_report_relates_replay_to_step_time() -> None:
     matmuls = [Matmul(1, 64, 64, 64, torch.float32)] * 4 + [Matmul(2, 8, 16, 8, torch.float32)]
     assert replay_seconds(matmuls, torch.device("cpu")) > 0
-    report = roof_report(matmuls, 10.0, torch.device("cpu"))
+    report = roof_report([matmuls[:2], matmuls[2:], []], 10.0, torch.device("cpu"))  # per update; one did none
+    assert report["matmuls"] == 5
     assert report["matmul_gflop"] == (4 * 2 * 64**3 + 2 * 2 * 8 * 16 * 8) / 1e9
     assert 0 < report["fraction_of_roof"] < 1  # a 10-second "step" is far slower than its matmuls alone
     assert abs(report["step_gflops"] / report["roof_gflops"] - report["fraction_of_roof"]) < 1e-9
     assert report["matmul_flop_share_by_dtype"] == {"float32": 1.0}
+
+
+def test_each_update_is_replayed_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replaying every update's shapes back to back would time oneDNN building primitives for the shapes it evicted,
+    not the matmuls: the roof sums the updates' own replays."""
+    replayed: list[list[Matmul]] = []
+    monkeypatch.setattr(nmt.roof, "replay_seconds", lambda mms, device: replayed.append(mms) or 0.5)
+    first, second = [Matmul(1, 4, 4, 4, torch.float32)], [Matmul(1, 8, 8, 8, torch.bfloat16)] * 2
+    report = roof_report([first, second], 4.0, torch.device("cpu"))
+    assert replayed == [first, second]
+    assert report["replay_seconds"] == 1.0 and report["fraction_of_roof"] == 0.25

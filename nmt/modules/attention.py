@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.modules import linear
 from nmt.modules.dropout import dropout
 from nmt.modules.norms import RMSNorm
 from nmt.modules.placement import Placement
@@ -194,7 +195,7 @@ class MultiHeadAttention(nn.Module):
     def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Scored queries, scored keys and values of ``x`` (B, T, D), each (B, H, T, D/H)."""
         B, T, _ = x.shape
-        qkv = self.in_proj(x).view(B, T, 3, self.n_heads, self.d_head)
+        qkv = linear.call(self.in_proj, x).view(B, T, 3, self.n_heads, self.d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, T, 3, H, D/H) -> 3 x (B, H, T, D/H)
         return self.scoring.queries(q), self.scoring.keys(k), v
 
@@ -202,20 +203,21 @@ class MultiHeadAttention(nn.Module):
         """Scored queries of ``x`` (B, T, D) for cross-attention, (B, H, T, D/H)."""
         B, T, _ = x.shape
         d = self.d_model
-        q = F.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d])
+        q = linear.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d])
         return self.scoring.queries(q.view(B, T, self.n_heads, self.d_head).transpose(1, 2))  # -> (B, H, T, D/H)
 
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Scored keys and values of the encoder output ``memory`` (B, S, D), each (B, H, S, D/H)."""
         B, S, _ = memory.shape
         d = self.d_model
-        kv = F.linear(memory, self.in_proj.weight[d:], self.in_proj.bias[d:]).view(B, S, 2, self.n_heads, self.d_head)
+        kv = linear.linear(memory, self.in_proj.weight[d:], self.in_proj.bias[d:])
+        kv = kv.view(B, S, 2, self.n_heads, self.d_head)
         k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, S, 2, H, D/H) -> 2 x (B, H, S, D/H)
         return self.scoring.keys(k), v
 
     def _merge(self, out: Tensor) -> Tensor:
         B, _, T, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.d_model))  # (B, H, T, D/H) -> (B, T, D)
+        return linear.call(self.out_proj, out.transpose(1, 2).reshape(B, T, self.d_model))  # heads merged
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         """Fused path through ``F.scaled_dot_product_attention``; returns (B, Tq, D).

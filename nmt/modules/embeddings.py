@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.modules import linear
 from nmt.modules.dropout import dropout
 from nmt.vocab import PAD, SPECIALS, UNK
 
@@ -151,7 +152,7 @@ class TiedEmbedding(nn.Module):
         if not self.training and not torch.is_grad_enabled() and torch.is_autocast_enabled(device):
             # decoding: autocast would cast the (V, D) table every step (it caches only leaf parameters' casts)
             return F.linear(h, *self._cast_for_autocast(table, torch.get_autocast_dtype(device), h))
-        return F.linear(h, table, self._bias(h))
+        return linear.linear(h, table, self._bias(h))
 
     def _bias(self, h: Tensor) -> Tensor:
         bias: Tensor = self.output_bias

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.modules import linear
 from nmt.modules.dropout import dropout
 
 
@@ -24,4 +25,4 @@ class FeedForward(nn.Module):
         self.act_dropout = act_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(dropout(F.relu(self.up(x)), self.act_dropout, self.training))
+        return linear.call(self.down, dropout(F.relu(linear.call(self.up, x)), self.act_dropout, self.training))

@@ -1,0 +1,92 @@
+"""Linear layers whose row count comes in a few sizes, so oneDNN reuses its matmul primitives (CPU bf16 training).
+
+On CPU, PyTorch runs bf16 (and fp16) matmuls through oneDNN, which builds a primitive (a JIT-compiled kernel) for
+every new shape: about 3.5 ms for a (4000, 256) x (256, 1024) product that then runs in 0.7 ms (torch 2.13, AMX).
+Token-budget batches give every update a new number of rows ``B * T`` (3,796 to 4,096 for 4096-token batches), so
+each Linear layer's forward and both backward products built new primitives every update: the matmuls of a bf16
+training step ran at half the speed of the same matmuls replayed with warm primitives. Here the rows are padded with
+zeros to a multiple of 1/16 to 1/32 of their count (:func:`padded_rows`: 4,096 rows for 3,969 to 4,096), the product
+runs on the padded rows and the result keeps the real ones: the zero rows add nothing to the weight and bias
+gradients, and a handful of shapes recur, which oneDNN's primitive cache keeps. fp32 matmuls (MKL) build nothing
+per shape, and GPUs have their own kernels: everywhere else this is ``F.linear``.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+MIN_ROW_STEP = 64  # rows are padded to a multiple of at least this
+
+
+def padded_rows(rows: int) -> int:
+    """``rows`` rounded up to a multiple of the power of two between 1/32 and 1/16 of it (at least
+    :data:`MIN_ROW_STEP`): at most ~6% padding, and a few sizes per octave."""
+    step = max(MIN_ROW_STEP, 1 << max(rows.bit_length() - 5, 0))
+    return -(-rows // step) * step
+
+
+def _bucketed_dtype(x: Tensor) -> torch.dtype | None:
+    """The autocast dtype when this product would go to oneDNN with a fresh shape: a CPU training step under bf16
+    or fp16 autocast; None otherwise."""
+    if x.device.type != "cpu" or not torch.is_grad_enabled() or not torch.is_autocast_enabled("cpu"):
+        return None
+    dtype = torch.get_autocast_dtype("cpu")
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)``; under CPU bf16/fp16 autocast with autograd, on zero-padded rows (module doc)."""
+    dtype = _bucketed_dtype(x)
+    if dtype is None:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.size(-1))
+    out = _PaddedLinear.apply(flat, weight, bias, dtype)
+    return typing.cast(Tensor, out).view(*x.shape[:-1], weight.size(0))
+
+
+def call(layer: nn.Module, x: Tensor) -> Tensor:
+    """``layer(x)`` for an ``nn.Linear`` (or the int8 module that replaced it), through :func:`linear` in training."""
+    if isinstance(layer, nn.Linear) and _bucketed_dtype(x) is not None:
+        return linear(x, layer.weight, layer.bias)
+    return typing.cast(Tensor, layer(x))
+
+
+class _PaddedLinear(torch.autograd.Function):
+    """``x @ w^T + b`` in ``dtype`` on the rows of ``x`` padded to :func:`padded_rows`; returns the real rows.
+
+    The cast to ``dtype`` writes straight into the padded buffer (autocast would cast in a pass of its own), and what
+    backward keeps is what autocast keeps: the input and the weight in ``dtype``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype) -> Tensor:
+        rows, width = x.shape
+        padded = padded_rows(rows)
+        with torch.autocast("cpu", enabled=False):
+            xp = x.new_empty((padded, width), dtype=dtype)
+            xp[:rows].copy_(x)
+            xp[rows:].zero_()
+            w = weight.to(dtype)
+            out = xp @ w.t() if bias is None else torch.addmm(bias.to(dtype), xp, w.t())
+        ctx.save_for_backward(xp, w)
+        ctx.rows, ctx.dtypes = rows, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return out[:rows]
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        xp, w = ctx.saved_tensors
+        rows = ctx.rows
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        with torch.autocast("cpu", enabled=False):
+            gp = grad.new_empty((xp.size(0), grad.size(1)), dtype=xp.dtype)
+            gp[:rows].copy_(grad)
+            gp[rows:].zero_()
+            grad_x = (gp @ w)[:rows].to(x_dtype) if ctx.needs_input_grad[0] else None
+            grad_w = (gp.t() @ xp).to(w_dtype) if ctx.needs_input_grad[1] else None
+            grad_b = gp[:rows].sum(0).to(b_dtype) if b_dtype is not None and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b, None

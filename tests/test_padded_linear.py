@@ -1,0 +1,66 @@
+"""Linear layers on zero-padded rows (nmt/modules/linear.py): CPU bf16 training runs its matmuls on a few row counts
+(so oneDNN reuses their primitives) and gets the same outputs and gradients as ``F.linear`` under autocast."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt.modules import linear
+from nmt.modules.linear import MIN_ROW_STEP, padded_rows
+from nmt.roof import record
+
+
+def test_padded_rows_are_few_sizes_with_little_padding() -> None:
+    for rows in range(1, 20_000, 7):
+        padded = padded_rows(rows)
+        assert padded >= rows and padded % MIN_ROW_STEP == 0
+        assert padded - rows < max(MIN_ROW_STEP, rows / 16 + 1)
+    # the rows of 4096-token batches (3,796 to 4,096): three sizes
+    assert {padded_rows(rows) for rows in range(3796, 4097)} == {3840, 3968, 4096}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_bf16_training_equals_autocast_linear(bias: bool) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 40, bias=bias)
+    x = torch.randn(3, 37, 24)  # 111 rows: padded to 128
+    grads = []
+    for fn in (lambda t: linear.call(layer, t), layer):
+        layer.zero_grad()
+        inp = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = fn(inp)
+        assert out.shape == (3, 37, 40) and out.dtype == torch.bfloat16
+        (out.float() * torch.linspace(-1, 1, 40)).sum().backward()
+        assert inp.grad is not None and inp.grad.dtype == torch.float32
+        grads.append((out.float(), inp.grad, layer.weight.grad.clone(), None if not bias else layer.bias.grad.clone()))
+    (out_pad, gx_pad, gw_pad, gb_pad), (out_ref, gx_ref, gw_ref, gb_ref) = grads
+    tolerance = {"atol": 2e-2, "rtol": 2e-2}  # bf16 rounding
+    torch.testing.assert_close(out_pad, out_ref, **tolerance)
+    torch.testing.assert_close(gx_pad, gx_ref, **tolerance)
+    torch.testing.assert_close(gw_pad, gw_ref, **tolerance)
+    assert gw_pad.dtype == torch.float32
+    if bias:
+        torch.testing.assert_close(gb_pad, gb_ref, **tolerance)
+
+
+def test_matmuls_run_on_the_padded_row_count() -> None:
+    layer = torch.nn.Linear(16, 32)
+    shapes = []
+    for rows in (3969, 4000, 4096):
+        x = torch.randn(rows, 16, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            matmuls = record(lambda x=x: linear.call(layer, x).float().sum().backward())
+        shapes.append(sorted((m.m, m.k, m.n) for m in matmuls))
+    assert shapes[0] == shapes[1] == shapes[2] == sorted([(4096, 16, 32), (4096, 32, 16), (32, 4096, 16)])
+
+
+def test_plain_linear_elsewhere() -> None:
+    """fp32, no autograd (decoding, where the int8 modules replace nn.Linear) and fp32 training: F.linear itself."""
+    layer = torch.nn.Linear(8, 4)
+    x = torch.randn(5, 8)
+    assert torch.equal(linear.call(layer, x), layer(x))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert [(m.m, m.k, m.n) for m in record(lambda: linear.call(layer, x))] == [(5, 8, 4)]
+    assert [(m.m, m.k, m.n) for m in record(lambda: linear.linear(x, layer.weight, layer.bias))] == [(5, 8, 4)]
