@@ -56,11 +56,16 @@ def test_matmuls_run_on_the_padded_row_count() -> None:
     assert shapes[0] == shapes[1] == shapes[2] == sorted([(4096, 16, 32), (4096, 32, 16), (32, 4096, 16)])
 
 
-def test_plain_linear_elsewhere() -> None:
-    """fp32, no autograd (decoding, where the int8 modules replace nn.Linear) and fp32 training: F.linear itself."""
+def test_decoding_pads_without_autograd_and_fp32_stays_plain() -> None:
     layer = torch.nn.Linear(8, 4)
-    x = torch.randn(5, 8)
-    assert torch.equal(linear.call(layer, x), layer(x))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert [(m.m, m.k, m.n) for m in record(lambda: linear.call(layer, x))] == [(5, 8, 4)]
-    assert [(m.m, m.k, m.n) for m in record(lambda: linear.linear(x, layer.weight, layer.bias))] == [(5, 8, 4)]
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            padded = linear.call(layer, x)
+            assert [(m.m, m.k, m.n) for m in record(lambda: linear.call(layer, x))] == [(64, 8, 4)]
+            torch.testing.assert_close(padded, layer(x), atol=0, rtol=0)  # the rows are independent
+        assert torch.equal(linear.call(layer, x), layer(x))  # fp32: F.linear itself
+        assert [(m.m, m.k, m.n) for m in record(lambda: linear.linear(x, layer.weight, layer.bias))] == [(10, 8, 4)]
+    xg = x.clone().requires_grad_()
+    matmuls = record(lambda: linear.call(layer, xg).sum().backward())
+    assert sorted((m.m, m.k, m.n) for m in matmuls) == [(4, 10, 8), (10, 4, 8), (10, 8, 4)]  # fp32 training
