@@ -2,7 +2,8 @@
 
 A training step is "at X% of the matmul roof" when its matrix multiplications, replayed back to back on random
 tensors of the same shapes and dtypes (so nothing else runs: no norms, softmax, dropout, casts, optimizer or
-Python), take X% of the step's wall time. Equivalently, the step's matmul FLOP/s divided by the replay's FLOP/s.
+Python; each update's own matmuls after a warm-up replay of them, so oneDNN's per-shape kernels are built), take
+X% of the step's wall time. Equivalently, the step's matmul FLOP/s divided by the replay's FLOP/s.
 The shapes are recorded from the real steps (forward and backward) by a ``TorchDispatchMode``, so the roof is the
 one of this model at this batch shape and precision: under bf16 autocast it is the bf16 roof.
 
