@@ -20,18 +20,19 @@ def test_padded_rows_are_few_sizes_with_little_padding() -> None:
     assert {padded_rows(rows) for rows in range(3796, 4097)} == {3840, 3968, 4096}
 
 
+@pytest.mark.parametrize("batch", [3, 4])  # 3 x 37 = 111 rows, padded to 128; 4 x 32 = 128 rows, not padded
 @pytest.mark.parametrize("bias", [True, False])
-def test_bf16_training_equals_autocast_linear(bias: bool) -> None:
+def test_bf16_training_equals_autocast_linear(bias: bool, batch: int) -> None:
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 40, bias=bias)
-    x = torch.randn(3, 37, 24)  # 111 rows: padded to 128
+    x = torch.randn(batch, 37 if batch == 3 else 32, 24)
     grads = []
     for fn in (lambda t: linear.call(layer, t), layer):
         layer.zero_grad()
         inp = x.clone().requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = fn(inp)
-        assert out.shape == (3, 37, 40) and out.dtype == torch.bfloat16
+        assert out.shape == (*x.shape[:2], 40) and out.dtype == torch.bfloat16
         (out.float() * torch.linspace(-1, 1, 40)).sum().backward()
         assert inp.grad is not None and inp.grad.dtype == torch.float32
         grads.append((out.float(), inp.grad, layer.weight.grad.clone(), None if not bias else layer.bias.grad.clone()))

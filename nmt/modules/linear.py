@@ -64,7 +64,10 @@ def call(layer: nn.Module, x: Tensor) -> Tensor:
 def _padded(x: Tensor, dtype: torch.dtype) -> Tensor:
     """``x`` (rows, width) cast to ``dtype`` into a buffer of :func:`padded_rows` rows, the extra ones zero."""
     rows, width = x.shape
-    buffer = x.new_empty((padded_rows(rows), width), dtype=dtype)
+    padded = padded_rows(rows)
+    if padded == rows:  # already a bucket size (a full beam-search batch): no buffer, and no copy in dtype
+        return x.to(dtype)
+    buffer = x.new_empty((padded, width), dtype=dtype)
     buffer[:rows].copy_(x)
     buffer[rows:].zero_()
     return buffer
@@ -94,9 +97,7 @@ class _PaddedLinear(torch.autograd.Function):
         rows = ctx.rows
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         with torch.autocast("cpu", enabled=False):
-            gp = grad.new_empty((xp.size(0), grad.size(1)), dtype=xp.dtype)
-            gp[:rows].copy_(grad)
-            gp[rows:].zero_()
+            gp = _padded(grad, xp.dtype)
             grad_x = (gp @ w)[:rows].to(x_dtype) if ctx.needs_input_grad[0] else None
             grad_w = (gp.t() @ xp).to(w_dtype) if ctx.needs_input_grad[1] else None
             grad_b = gp[:rows].sum(0).to(b_dtype) if b_dtype is not None and ctx.needs_input_grad[2] else None
