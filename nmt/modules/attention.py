@@ -238,9 +238,11 @@ class MultiHeadAttention(nn.Module):
         under autocast in its dtype (the float32 copies would be cast straight back)."""
         scale = self.scoring.scale if self.scoring.scale is not None else 1.0 / math.sqrt(q.size(-1))
         if torch.is_autocast_enabled(q.device.type):  # autocast runs the matmul in its own dtype: no float32 copies
-            return torch.matmul(q, k.transpose(-1, -2)) * scale
-        acc = torch.promote_types(q.dtype, torch.float32)
-        return torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
+            logits = torch.matmul(q, k.transpose(-1, -2))
+        else:
+            acc = torch.promote_types(q.dtype, torch.float32)
+            logits = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2))
+        return logits if scale == 1.0 else logits * scale  # QKNorm's gain is folded into the queries: scale 1
 
     def _explicit(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
@@ -330,10 +332,11 @@ class MultiHeadAttention(nn.Module):
         ancestors = slots[:, None, :, None, : t + 1].expand(n_blocks, H, g, 1, t + 1)
         wide = torch.promote_types(logits.dtype, torch.float32)  # as scores(): float64 stays float64
         weights = logits.gather(3, ancestors).to(wide).softmax(-1)  # (n_blocks, H, g, 1, t + 1)
-        spread = weights.new_zeros(n_blocks, H, g, g, capacity)  # each row's weights at its ancestors' slots
-        spread[..., : t + 1].scatter_(3, ancestors, weights)
         values = cache[1].view(n_blocks, H, g * capacity, d_head)
-        out = torch.matmul(spread.view(n_blocks, H, g, g * capacity).to(values.dtype), values)  # (n_blocks, H, g, D/H)
+        # each row's weights at its ancestors' slots, in the values' dtype (the cast of the few weights, not of this)
+        spread = values.new_zeros(n_blocks, H, g, g, capacity)
+        spread[..., : t + 1].scatter_(3, ancestors, weights.to(values.dtype))
+        out = torch.matmul(spread.view(n_blocks, H, g, g * capacity), values)  # (n_blocks, H, g, D/H)
         return self.out_proj(place.to_rows(out))
 
     def step_cross(self, x: Tensor, memory_k: Tensor, memory_v: Tensor, mask: Tensor | None,
