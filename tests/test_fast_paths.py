@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import nmt.loss
 from nmt.loss import label_smoothed_nll
-from nmt.modules.attention import unit_norm
+from nmt.modules.attention import split_heads, unit_norm
 from nmt.modules.dropout import dropout, keep_mask
 from nmt.vocab import PAD
 
@@ -65,6 +65,23 @@ def test_unit_norm_gradients_match_float64_normalize(dtype: torch.dtype) -> None
     # the gain's gradient sums grad . unit over every row, with cancellation: bounded by the rounding of its terms
     terms = (upstream * F.normalize(qkv.permute(2, 0, 3, 1, 4)[0], dim=-1)).abs().sum()
     assert abs(grads[0][1] - grads[1][1]) <= 4 * rounding * terms, (grads[0][1], grads[1][1], terms)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_split_heads_gradient_equals_unbind(parts: int) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, parts, 3, 4, dtype=torch.float64)
+    upstream = [torch.randn(2, 3, 5, 4, dtype=torch.float64) for _ in range(parts)]
+    grads = []
+    for split in (split_heads, lambda t: t.permute(2, 0, 3, 1, 4).unbind(0)):
+        leaf = x.clone().requires_grad_()
+        outs = split(leaf)
+        assert [o.shape for o in outs] == [(2, 3, 5, 4)] * parts
+        sum((o * u).sum() for o, u in zip(outs[:-1], upstream, strict=False)).backward()  # the last part unused
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[0], grads[1], atol=0, rtol=0)
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(split_heads(x), x.permute(2, 0, 3, 1, 4).unbind(0), strict=True))
 
 
 def test_unit_norm_zero_vector_and_bf16_autocast() -> None:
