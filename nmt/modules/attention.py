@@ -153,15 +153,11 @@ class _SplitHeads(torch.autograd.Function):
         return x.permute(2, 0, 3, 1, 4).unbind(0)
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor | None) -> Tensor:
-        some = next(g for g in grads if g is not None)
-        out = some.new_empty(ctx.shape, dtype=ctx.dtype)  # type: ignore[attr-defined]
-        parts = out.permute(2, 0, 3, 1, 4)
-        for i, grad in enumerate(grads):
-            if grad is None:
-                parts[i].zero_()
-            else:
-                parts[i].copy_(grad)
+    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor) -> Tensor:
+        # an unused part's gradient arrives as zeros (autograd materializes it), so every part is a tensor
+        out = grads[0].new_empty(ctx.shape, dtype=ctx.dtype)  # type: ignore[attr-defined]
+        for part, grad in zip(out.permute(2, 0, 3, 1, 4), grads, strict=True):
+            part.copy_(grad)
         return out
 
 

@@ -48,7 +48,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     flat = x.reshape(-1, x.size(-1))
     if torch.is_grad_enabled():
         out = typing.cast(Tensor, _PaddedLinear.apply(flat, weight, bias, dtype))
-    else:  # decoding: the same product without autograd (autocast casts the weight once per session)
+    else:  # decoding: the same product without autograd (autocast casts each weight once per batch)
         out = F.linear(_padded(flat, dtype), weight, bias)[: flat.size(0)]
     return out.view(*x.shape[:-1], weight.size(0))
 
@@ -56,7 +56,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def call(layer: nn.Module, x: Tensor) -> Tensor:
     """``layer(x)`` for an ``nn.Linear`` through :func:`linear`; any other module (the int8 layers that replace
     ``nn.Linear`` for int8 decoding) is called as it is."""
-    if isinstance(layer, nn.Linear) and _bucketed_dtype(x) is not None:
+    if isinstance(layer, nn.Linear):  # nn.Linear.forward is F.linear, which linear() falls back to
         return linear(x, layer.weight, layer.bias)
     return typing.cast(Tensor, layer(x))
 
