@@ -116,15 +116,16 @@ class _UnitNorm(torch.autograd.Function):
 
 
 def _inverse_norm(x: Tensor) -> Tensor:
-    """``1 / max(||x||_2, 1e-12)`` over the last dimension, (..., 1), accumulated in at least float32."""
+    """``1 / max(||x||_2, 1e-12)`` over the last dimension, (..., 1), accumulated in at least float32 (out of place:
+    under ``torch.compile`` autograd differentiates it)."""
     acc = torch.promote_types(x.dtype, torch.float32)
-    return torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=acc).clamp_min_(1e-12).reciprocal_()
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=acc).clamp_min(1e-12).reciprocal()
 
 
 def unit_norm(x: Tensor, scale: Tensor | None = None) -> Tensor:
     """``x`` l2-normalized over its last dimension (times the scalar ``scale`` if given), in ``x``'s dtype."""
-    if torch.is_grad_enabled():
-        return typing.cast(Tensor, _UnitNorm.apply(x, scale))
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # compiled: plain operations the compiler
+        return typing.cast(Tensor, _UnitNorm.apply(x, scale))  # differentiates and fuses
     # without autograd (decoding): the same arithmetic in 3 kernels, none of the Function's bookkeeping (2x faster
     # for a decoding step's (N, H, 1, D/H) heads, where QKNorm was 7% of beam search)
     x = x.contiguous()
@@ -141,7 +142,7 @@ def split_heads(x: Tensor) -> tuple[Tensor, ...]:
     (:class:`_SplitHeads`); ``unbind``'s backward stacks them and the permute back then copies them again (2% of a
     CPU fp32 training step).
     """
-    if torch.is_grad_enabled() and x.requires_grad:
+    if torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_compiling():
         return typing.cast(tuple[Tensor, ...], _SplitHeads.apply(x))
     return x.permute(2, 0, 3, 1, 4).unbind(0)
 
@@ -281,9 +282,10 @@ class MultiHeadAttention(nn.Module):
             causal = torch.ones(Tq, Tk, dtype=torch.bool, device=logits.device).tril()
             mask = causal if mask is None else mask & causal
         weights = logits.masked_fill(~mask, float("-inf")).softmax(-1) if mask is not None else logits.softmax(-1)
-        if mask is not None and not bool(mask.any(-1).all()):
+        if mask is not None and (torch.compiler.is_compiling() or not bool(mask.any(-1).all())):
             # a fully masked row attends to nothing, as in the fused path; only then the NaN pass (its forward and
-            # backward were 3% of a CPU training step, and a training batch never has such a row)
+            # backward were 3% of a CPU training step, and a training batch never has such a row); a compiled graph
+            # cannot branch on data, and fuses the pass into the softmax
             weights = weights.nan_to_num(0.0)
         dropped = dropout(weights, self.dropout, self.training)
         return torch.matmul(dropped.to(v.dtype), v), weights

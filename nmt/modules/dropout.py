@@ -55,6 +55,6 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout (Srivastava et al. 2014): zero each element with probability ``p`` while training."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():  # compiled: the compiler's own fused dropout
         return F.dropout(x, p, True)
     return typing.cast(Tensor, _KeepScale.apply(x, keep_mask(x.shape, p, x.device), 1.0 / (1.0 - p)))

@@ -42,7 +42,8 @@ def _bucketed_dtype(x: Tensor) -> torch.dtype | None:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)``; under CPU bf16/fp16 autocast, on zero-padded rows (module doc)."""
-    dtype = _bucketed_dtype(x)
+    # compiled: the row count is a symbolic size, and padding it to a bucket would recompile the graph per batch
+    dtype = None if torch.compiler.is_compiling() else _bucketed_dtype(x)
     if dtype is None:
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.size(-1))
