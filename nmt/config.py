@@ -126,7 +126,7 @@ class TrainConfig:
     log_every: int = 50
     progress: bool = True
     tensorboard: bool = True
-    compile: bool = False
+    compile: bool = False  # torch.compile the model (one graph); slower than eager on CPUs (docs/performance.md)
 
 
 @dataclass(frozen=True)
