@@ -114,3 +114,33 @@ def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(Exception, match="exited with status 1"):
         train_run(spec)
     assert calls and "--resume" in calls[0]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_exits_130_with_one_line_and_a_checkpoint(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the training child saves checkpoint_last.pt, and the driver says so
+    in one line (no traceback) and exits 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = setup_dirs(tmp_path)
+    config = tmp_path / "configs" / "xx-yy-cpu.yaml"
+    tree = yaml.safe_load(config.read_text(encoding="utf-8"))
+    tree["train"].update(max_steps=100000, eval_every=100000, log_every=1)
+    config.write_text(yaml.safe_dump(tree), encoding="utf-8")
+    driver = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "reproduce"), *args], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not any(" step 2 | " in log.read_text(encoding="utf-8") for log in (tmp_path / "runs").rglob("train.log")):
+        assert driver.poll() is None and time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    os.killpg(driver.pid, signal.SIGINT)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130
+    assert "Traceback" not in stderr
+    assert stderr.rstrip().splitlines()[-1] == "error: interrupted; rerun the same command to resume from " \
+                                               "checkpoint_last.pt"
+    assert list((tmp_path / "runs").rglob("checkpoint_last.pt"))

@@ -127,6 +127,13 @@ def train_run(spec: RunSpec) -> None:
         raise NmtError(f"training {spec.save_dir} exited with status {returncode}; rerun to resume it")
 
 
+def interrupted() -> int:
+    """What a driver does on Ctrl-C: one line instead of a traceback (the training child has already written its
+    checkpoint_last.pt, :func:`train_run`), and the shell's exit status for SIGINT."""
+    print("error: interrupted; rerun the same command to resume from checkpoint_last.pt", file=sys.stderr)
+    return 130
+
+
 def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
     """Translate the test set with the best checkpoint and score it; cached in ``save_dir/test_scores.json``."""
     from nmt.data.text import read_lines, write_lines_atomic
