@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from nmt.allocator import find_tcmalloc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,9 +73,5 @@ def test_failed_apt_get_leaves_a_note(machine: tuple[ModuleType, Path, Path, Pat
 
 
 def test_the_probe_runs_the_installed_allocator_finder() -> None:
-    import sys
-
     script = _script()
-    from nmt.allocator import find_tcmalloc
-
     assert script.has_tcmalloc(Path(sys.executable)) == (find_tcmalloc(environ=dict(os.environ)) is not None)

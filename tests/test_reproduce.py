@@ -6,6 +6,11 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -120,12 +125,6 @@ def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_ctrl_c_during_training_exits_130_with_one_line_and_a_checkpoint(tmp_path: Path) -> None:
     """Ctrl-C reaches the whole process group: the training child saves checkpoint_last.pt, and the driver says so
     in one line (no traceback) and exits 130."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     args = setup_dirs(tmp_path)
     config = tmp_path / "configs" / "xx-yy-cpu.yaml"
     tree = yaml.safe_load(config.read_text(encoding="utf-8"))

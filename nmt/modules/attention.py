@@ -144,6 +144,11 @@ def split_heads(x: Tensor) -> tuple[Tensor, ...]:
     """
     if torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_compiling():
         return typing.cast(tuple[Tensor, ...], _SplitHeads.apply(x))
+    return _parts(x)
+
+
+def _parts(x: Tensor) -> tuple[Tensor, ...]:
+    """(B, T, P, H, D/H) -> P views (B, H, T, D/H)."""
     return x.permute(2, 0, 3, 1, 4).unbind(0)
 
 
@@ -151,13 +156,13 @@ class _SplitHeads(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor) -> tuple[Tensor, ...]:
         ctx.shape, ctx.dtype = x.shape, x.dtype  # type: ignore[attr-defined]
-        return x.permute(2, 0, 3, 1, 4).unbind(0)
+        return _parts(x)
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor) -> Tensor:
         # an unused part's gradient arrives as zeros (autograd materializes it), so every part is a tensor
         out = grads[0].new_empty(ctx.shape, dtype=ctx.dtype)  # type: ignore[attr-defined]
-        for part, grad in zip(out.permute(2, 0, 3, 1, 4), grads, strict=True):
+        for part, grad in zip(_parts(out), grads, strict=True):
             part.copy_(grad)
         return out
 
