@@ -3,6 +3,10 @@ types) side by side with its BLEU, and its ratios come from the same run's recor
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from tests.test_precision import load_bench_peers
 
 
@@ -42,3 +46,14 @@ def test_training_table_puts_our_matmul_roof_beside_the_speeds() -> None:
     text = peers.markdown(results, argparse.Namespace(epoch=True, updates=40, warmup=5, sentences=0))
     assert "| nmt (ours), bf16 autocast | 136.0 |" in text and "| 2.14x |" in text
     assert "- nmt (ours), bf16 autocast: 47% of the roof (292 of 619 GFLOP/s)" in text
+
+
+def test_an_unprepared_pair_is_one_line_naming_the_missing_file(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers"
+    run = subprocess.run([sys.executable, str(script), "--tools", "", "--data-dir", str(tmp_path / "data"),
+                          "--peers-dir", str(tmp_path / "peers"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {tmp_path / 'data' / 'gl-en' / 'meta.json'} not found") and "Traceback" not in \
+        run.stderr
