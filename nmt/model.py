@@ -168,7 +168,8 @@ class Transformer(nn.Module):
                            state.src_mask, state.place)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
         state = dataclasses.replace(state, length=t + 1)
-        return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1), state
+        # the float32 result straight from bf16 logits (bitwise the same as casting first, without the copy)
+        return F.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)), state
 
     def attention_modules(self) -> dict[str, MultiHeadAttention]:
         """Every attention module by name (:func:`attention_site`): ``encoder.{i}.self_attn``,

@@ -161,3 +161,27 @@ def test_bf16_autocast_runs() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = attn(torch.randn(2, 5, D), is_causal=True)
         assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_bf16_cross_attention_step_equals_the_fused_kernel(name: str) -> None:
+    """Under CPU bf16 autocast the decoding step's cross-attention takes two batched matmuls (with the softmax in
+    float32) instead of the fused kernel: the same attention within bf16 rounding, masked source positions
+    included. Two sentences of 3 beams (the rows of a block), sources of 6 and 9 tokens."""
+    attn = _attention(name)
+    memory, x = torch.randn(2, 9, D), torch.randn(6, 1, D)
+    mask = _key_mask([6, 9], 9)
+    place = Placement(group=3, n_blocks=2)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        k, v = attn.project_memory(memory)
+        out = attn.step_cross(x, k, v, mask, place)
+        q = place.to_blocks(attn.project_queries(x))
+        fused = attn.out_proj(place.to_rows(torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=attn.scoring.scale)))
+    assert out.dtype == fused.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), fused.float(), atol=3e-2, rtol=3e-2)
+    with torch.no_grad():  # and the masked positions get no weight: changing the padding's memory changes nothing
+        memory[0, 6:] = 100.0
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            k2, v2 = attn.project_memory(memory)
+            torch.testing.assert_close(attn.step_cross(x, k2, v2, mask, place)[:3], out[:3])

@@ -388,5 +388,13 @@ class MultiHeadAttention(nn.Module):
             (N, 1, D).
         """
         q = place.to_blocks(self.project_queries(x))  # (N, H, 1, D/H) -> (n_blocks, H, g, D/H)
-        out = F.scaled_dot_product_attention(q, memory_k, memory_v, attn_mask=mask, scale=self.scoring.scale)
+        if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # the CPU flash kernel is built for many query rows: for a block's few it is 1.3-1.5x slower than two
+            # batched matmuls in the autocast dtype with the softmax in float32 (the self-attention step's arithmetic)
+            logits = self.scores(q, memory_k).float()  # (n_blocks, H, g, S)
+            if mask is not None:  # every source has a token (EOS): no row is fully masked
+                logits = logits.masked_fill_(~mask, float("-inf"))
+            out = torch.matmul(logits.softmax(-1).to(memory_v.dtype), memory_v)
+        else:
+            out = F.scaled_dot_product_attention(q, memory_k, memory_v, attn_mask=mask, scale=self.scoring.scale)
         return self.out_proj(place.to_rows(out))

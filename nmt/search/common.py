@@ -67,15 +67,21 @@ def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, cap: int | None =
 
 
 def mask_step(log_probs: Tensor, at_max: Tensor) -> Tensor:
-    """Forbid PAD and BOS everywhere and everything but EOS on rows that reached their length limit."""
-    log_probs = log_probs.float().clone()
-    log_probs[:, [PAD, BOS]] = -torch.inf
+    """Forbid PAD and BOS everywhere and everything but EOS on rows that reached their length limit (a float32
+    copy of ``log_probs`` (N, V))."""
+    return mask_step_(log_probs.float().clone(), at_max)
+
+
+def mask_step_(scores: Tensor, at_max: Tensor) -> Tensor:
+    """:func:`mask_step` in place on ``scores`` (N, V): log-probs, or totals that add a per-row score to them (the
+    beam search masks its fresh totals rather than copy the log-probs first)."""
+    scores[:, [PAD, BOS]] = -torch.inf
     if bool(at_max.any()):  # rare: only at a sentence's last step, so no (N, V) mask is built every step
         rows = at_max.nonzero(as_tuple=True)[0]
-        eos = log_probs[rows, EOS]
-        log_probs[rows] = -torch.inf
-        log_probs[rows, EOS] = eos
-    return log_probs
+        eos = scores[rows, EOS]
+        scores[rows] = -torch.inf
+        scores[rows, EOS] = eos
+    return scores
 
 
 def nbest_lists(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:

@@ -14,9 +14,11 @@ from nmt.search.common import (
     StateT,
     length_penalty,
     mask_step,
+    mask_step_,
     max_lengths,
     nbest_lists,
 )
+from nmt.search.topk import topk
 from nmt.vocab import BOS, EOS
 
 
@@ -36,17 +38,19 @@ class _Beams:
         return self.scores.size(1)
 
 
-def _expand(beams: _Beams, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Score every one-token extension of every live beam; return the ``2 * beam`` best per sentence.
+def _expand(beams: _Beams, log_probs: Tensor, beam: int, at_max: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Score every one-token extension of every live beam (:func:`mask_step_` rules, ``at_max`` (A * W,)); return
+    the ``2 * beam`` best per sentence.
 
     Returns:
         candidate cumulative scores (A, C), source beam of each candidate (A, C), its token (A, C).
     """
     n_active, width = beams.scores.shape
     vocab = log_probs.size(1)
-    totals = beams.scores.unsqueeze(-1) + log_probs.view(n_active, width, vocab)  # (A, W, V)
+    totals = beams.scores.view(-1, 1) + log_probs.float()  # (A * W, V), masked in place: no copy of log_probs
+    mask_step_(totals, at_max)
     k = min(2 * beam, width * vocab)
-    cand_scores, cand_index = totals.view(n_active, width * vocab).topk(k, dim=1)  # (A, W*V) -> (A, C)
+    cand_scores, cand_index = topk(totals.view(n_active, width * vocab), k)  # (A, W*V) -> (A, C)
     return cand_scores, cand_index // vocab, cand_index % vocab
 
 
@@ -150,8 +154,7 @@ def fairseq_beam_search(
         step = beams.tokens.size(1)
         at_max = beams.limits == step  # (A,)
         log_probs, state = model.step(prev, state)
-        log_probs = mask_step(log_probs, at_max.repeat_interleave(beams.width))
-        cand = _expand(beams, log_probs, beam)
+        cand = _expand(beams, log_probs, beam, at_max.repeat_interleave(beams.width))
         beams.n_finished += _finalize(beams, cand, beam, lenpen, finished)
         done = (beams.n_finished >= beam) | at_max
         if bool(done.all()):

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from nmt.search.common import Hypothesis, Seq2Seq, StateT, length_penalty, max_lengths, nbest_lists
+from nmt.search.topk import topk
 from nmt.vocab import BOS, EOS, PAD
 
 
@@ -29,10 +30,13 @@ class _Pool:
     positional: Tensor  # (A * width, t) log-probability of each token (0 for the repeated EOS)
 
 
+_FORBIDDEN = {False: [PAD, BOS], True: [PAD, BOS, EOS]}  # at step 0 also EOS (the official ``probs[:, eos_id] = -inf``)
+
+
 def _mask(log_probs: Tensor, first: bool) -> Tensor:
-    """Forbid PAD and BOS, and EOS at step 0 (the official ``probs[:, eos_id] = -inf``)."""
+    """Forbid PAD and BOS, and EOS at step 0 (a float32 copy)."""
     log_probs = log_probs.float().clone()
-    log_probs[:, [PAD, BOS, EOS] if first else [PAD, BOS]] = -torch.inf
+    log_probs[:, _FORBIDDEN[first]] = -torch.inf
     return log_probs
 
 
@@ -56,13 +60,15 @@ def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float) -> tuple[T
     """
     n_active, width = pool.scores.shape
     vocab = log_probs.size(1)
-    totals = pool.logprob.unsqueeze(-1) + log_probs.view(n_active, width, vocab)  # (A, W, V)
+    totals = pool.logprob.view(-1, 1) + log_probs.float()  # (A * W, V)
+    totals[:, _FORBIDDEN[pool.tokens.size(1) == 0]] = -torch.inf  # on the fresh totals: no copy of log_probs
     k = min(beam, width * vocab)
     ended = _ended(pool) if pool.tokens.size(1) > 0 else torch.zeros_like(pool.scores, dtype=torch.bool)  # (A, W)
     finished = bool(ended.any())
     if finished:
-        totals.view(n_active * width, vocab)[ended.view(-1)] = -torch.inf  # finished entries have no extension
-    new_logprob, index = totals.view(n_active, width * vocab).topk(k, dim=1)  # (A, W*V) -> (A, K)
+        # finished entries have no extension (filling their rows only, not a pass over a broadcast (A * W, V) mask)
+        totals.index_fill_(0, ended.view(-1).nonzero().squeeze(1), -torch.inf)
+    new_logprob, index = topk(totals.view(n_active, width * vocab), k)  # (A, W*V) -> (A, K)
     new_scores = new_logprob / length_penalty(pool.tokens.size(1) + 1, lenpen)
     if finished:
         kept = torch.where(ended, pool.scores, -torch.inf)  # (A, W): a finished entry's only candidate
@@ -116,7 +122,6 @@ def official_beam_search(
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     while True:
         log_probs, state = model.step(prev, state)
-        log_probs = _mask(log_probs, first=pool.tokens.size(1) == 0)
         scores, logprob, parents, new_tok = _extend(pool, log_probs, beam, lenpen)
         step_scores = logprob.view(-1) - pool.logprob.view(-1)[parents]
         width = scores.size(1)
