@@ -393,7 +393,7 @@ class MultiHeadAttention(nn.Module):
             # batched matmuls in the autocast dtype with the softmax in float32 (the self-attention step's arithmetic)
             logits = self.scores(q, memory_k).float()  # (n_blocks, H, g, S)
             if mask is not None:  # every source has a token (EOS): no row is fully masked
-                logits = logits.masked_fill_(~mask, float("-inf"))
+                logits = torch.where(mask, logits, float("-inf"))  # one kernel: no inverted mask each step
             out = torch.matmul(logits.softmax(-1).to(memory_v.dtype), memory_v)
         else:
             out = F.scaled_dot_product_attention(q, memory_k, memory_v, attn_mask=mask, scale=self.scoring.scale)
