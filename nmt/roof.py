@@ -7,8 +7,9 @@ X% of the step's wall time. Equivalently, the step's matmul FLOP/s divided by th
 The shapes are recorded from the real steps (forward and backward) by a ``TorchDispatchMode``, so the roof is the
 one of this model at this batch shape and precision: under bf16 autocast it is the bf16 roof.
 
-Recorded: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (what ``nn.Linear`` and ``torch.matmul`` become), and the fused
-attention kernels as the batched matmuls they compute (2 forward, 4 backward).
+Recorded: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (what ``nn.Linear`` and ``torch.matmul`` become), oneDNN's
+linear on a packed weight (bf16 decoding, :mod:`nmt.modules.packed`), and the fused attention kernels as the batched
+matmuls they compute (2 forward, 4 backward).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ _RULES: dict[Any, Callable[..., list[Matmul]]] = {
     aten.bmm.default: lambda a, b, *_: [_bmm(a, b)],
     aten.baddbmm.default: lambda _bias, a, b, *_: [_bmm(a, b)],
 }
+if hasattr(torch.ops.mkldnn, "_linear_pointwise"):  # (x (M, K), packed weight (N, K), bias, ...)
+    _RULES[torch.ops.mkldnn._linear_pointwise.default] = lambda x, w, *_: [Matmul(1, x.shape[0], x.shape[1],
+                                                                                  w.shape[0], x.dtype)]
 for _name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"):
     if hasattr(aten, _name):

@@ -12,10 +12,12 @@ from nmt.roof import record
 
 
 def test_padded_rows_are_few_sizes_with_little_padding() -> None:
-    for rows in range(1, 20_000, 7):
+    for rows in range(MIN_ROW_STEP + 1, 20_000, 7):
         padded = padded_rows(rows)
         assert padded >= rows and padded % MIN_ROW_STEP == 0
         assert padded - rows < max(MIN_ROW_STEP, rows / 16 + 1)
+    # a beam search's last steps: powers of two from 8
+    assert [padded_rows(rows) for rows in (1, 4, 8, 9, 16, 17, 33, 64)] == [8, 8, 8, 16, 16, 32, 64, 64]
     # the rows of 4096-token batches (3,796 to 4,096): three sizes
     assert {padded_rows(rows) for rows in range(3796, 4097)} == {3840, 3968, 4096}
 
@@ -63,7 +65,7 @@ def test_decoding_pads_without_autograd_and_fp32_stays_plain() -> None:
     with torch.no_grad():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             padded = linear.call(layer, x)
-            assert [(m.m, m.k, m.n) for m in record(lambda: linear.call(layer, x))] == [(64, 8, 4)]
+            assert [(m.m, m.k, m.n) for m in record(lambda: linear.call(layer, x))] == [(16, 8, 4)]
             torch.testing.assert_close(padded, layer(x), atol=0, rtol=0)  # the rows are independent
         assert torch.equal(linear.call(layer, x), layer(x))  # fp32: F.linear itself
         assert [(m.m, m.k, m.n) for m in record(lambda: linear.linear(x, layer.weight, layer.bias))] == [(10, 8, 4)]

@@ -236,14 +236,14 @@ class MultiHeadAttention(nn.Module):
         """Scored queries of ``x`` (B, T, D) for cross-attention, (B, H, T, D/H)."""
         B, T, _ = x.shape
         d = self.d_model
-        q = linear.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d])
+        q = linear.call(self.in_proj, x, rows=slice(0, d))
         return self.scoring.queries(q.view(B, T, self.n_heads, self.d_head).transpose(1, 2))  # -> (B, H, T, D/H)
 
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Scored keys and values of the encoder output ``memory`` (B, S, D), each (B, H, S, D/H)."""
         B, S, _ = memory.shape
         d = self.d_model
-        kv = linear.linear(memory, self.in_proj.weight[d:], self.in_proj.bias[d:])
+        kv = linear.call(self.in_proj, memory, rows=slice(d, 3 * d))
         kv = kv.view(B, S, 2, self.n_heads, self.d_head)
         k, v = split_heads(kv)  # (B, S, 2, H, D/H) -> 2 x (B, H, S, D/H)
         return self.scoring.keys(k), v
@@ -360,7 +360,7 @@ class MultiHeadAttention(nn.Module):
         if g == 1:  # one row per block: its slot is its history
             out = F.scaled_dot_product_attention(q, cache[0, :, :, 0, : t + 1], cache[1, :, :, 0, : t + 1],
                                                  scale=self.scoring.scale)
-            return self.out_proj(place.to_rows(out))
+            return linear.call(self.out_proj, place.to_rows(out))
         keys = cache[0].view(n_blocks, H, g * capacity, d_head)
         logits = self.scores(q, keys).view(n_blocks, H, g, g, capacity)[..., : t + 1]  # (.., row, slot, position)
         ancestors = slots[:, None, :, None, : t + 1].expand(n_blocks, H, g, 1, t + 1)
@@ -371,7 +371,7 @@ class MultiHeadAttention(nn.Module):
         spread = values.new_zeros(n_blocks, H, g, g, capacity)
         spread[..., : t + 1].scatter_(3, ancestors, weights.to(values.dtype))
         out = torch.matmul(spread.view(n_blocks, H, g, g * capacity), values)  # (n_blocks, H, g, D/H)
-        return self.out_proj(place.to_rows(out))
+        return linear.call(self.out_proj, place.to_rows(out))
 
     def step_cross(self, x: Tensor, memory_k: Tensor, memory_v: Tensor, mask: Tensor | None,
                    place: Placement) -> Tensor:
@@ -397,4 +397,4 @@ class MultiHeadAttention(nn.Module):
             out = torch.matmul(logits.softmax(-1).to(memory_v.dtype), memory_v)
         else:
             out = F.scaled_dot_product_attention(q, memory_k, memory_v, attn_mask=mask, scale=self.scoring.scale)
-        return self.out_proj(place.to_rows(out))
+        return linear.call(self.out_proj, place.to_rows(out))

@@ -151,7 +151,8 @@ class TiedEmbedding(nn.Module):
         device = h.device.type
         if not self.training and not torch.is_grad_enabled() and torch.is_autocast_enabled(device):
             # decoding: autocast would cast the (V, D) table every step (it caches only leaf parameters' casts)
-            return linear.linear(h, *self._cast_for_autocast(table, torch.get_autocast_dtype(device), h))
+            # (the cast table and bias are kept, so the bf16 pack of them is too)
+            return linear.linear(h, *self._cast_for_autocast(table, torch.get_autocast_dtype(device), h), owner=self)
         return linear.linear(h, table, self._bias(h))
 
     def _bias(self, h: Tensor) -> Tensor:
