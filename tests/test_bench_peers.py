@@ -57,3 +57,26 @@ def test_an_unprepared_pair_is_one_line_naming_the_missing_file(tmp_path: Path) 
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {tmp_path / 'data' / 'gl-en' / 'meta.json'} not found") and "Traceback" not in \
         run.stderr
+
+
+def test_decode_rounds_keep_each_decoders_fastest_round() -> None:
+    peers = load_bench_peers()
+    result: dict[str, object] = {"minutes": 30}
+    rounds = [{"fairseq": {**record(1000, 7.3), "seconds": 30.0}, "ours": {**record(1500, 7.1), "seconds": 20.0}},
+              {"fairseq": {**record(1200, 7.3), "seconds": 25.0}, "ours": {**record(1400, 7.1), "seconds": 21.0}},
+              {"fairseq": {**record(900, 7.3), "seconds": 33.0}, "ours": {**record(1600, 7.1), "seconds": 19.0}}]
+    for decoded in rounds:
+        peers.keep_fastest(result, decoded)
+    assert result["fairseq"]["tokens_per_s"] == 1200 and result["ours"]["tokens_per_s"] == 1600  # type: ignore
+    assert result["fairseq"]["tokens_per_s_rounds"] == [1000, 1200, 900]  # type: ignore[index]
+    assert result["ours"]["tokens_per_s_rounds"] == [1500, 1400, 1600]  # type: ignore[index]
+    trained = {**result, "fairseq_minutes": 60, "rounds": 3, "updates": {"ours": 900, "fairseq": 1800}}
+    text = "\n".join(peers.decode_table(trained, 1112))
+    assert "every tool 3 times in rotation, its fastest round shown" in text and "| 1.33x |" in text
+
+
+def test_decode_rounds_below_one_is_one_line(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers"
+    run = subprocess.run([sys.executable, str(script), "--tools", "", "--decode-rounds", "0", "--peers-dir",
+                          str(tmp_path / "peers")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stderr.strip() == "error: --decode-rounds 0 must be at least 1"
