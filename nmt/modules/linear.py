@@ -69,8 +69,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, owner: object | None 
     if torch.is_grad_enabled():
         out = typing.cast(Tensor, _PaddedLinear.apply(flat, weight, bias, dtype))
     elif owner is not None and dtype == torch.bfloat16 and packed.available():  # decoding with a packed weight
-        pack = _PACKS.setdefault(owner, packed.PackCache()).get(part, weight, bias)
-        out = pack(_padded(flat, dtype))[: flat.size(0)]
+        cache = _PACKS.get(owner)
+        if cache is None:  # once per owner (setdefault would build a cache on every call, every decoding step)
+            cache = _PACKS[owner] = packed.PackCache()
+        out = cache.get(part, weight, bias)(_padded(flat, dtype))[: flat.size(0)]
     else:  # decoding: the same product without autograd (autocast casts each weight once per batch)
         out = F.linear(_padded(flat, dtype), weight, bias)[: flat.size(0)]
     return out.view(*x.shape[:-1], weight.size(0))
