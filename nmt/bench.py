@@ -130,11 +130,12 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
 
 def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
     """The training step against its matmul roof (:mod:`nmt.roof`) on ``updates``: each is timed once through
-    ``train_step`` (after one untimed run of it), and run once more to record its matmuls."""
-    from nmt.roof import record, roof_report
+    ``train_step`` (after one untimed run of it), and run once more to record its matmuls and the traffic of its
+    other operations, which the machine's copy bandwidth turns into the step's memory ceiling."""
+    from nmt.roof import Traffic, copy_bandwidth, record_step, roof_report
 
     device = trainer.rt.device
-    seconds, matmuls = 0.0, []  # matmuls: one list per update, replayed on its own
+    seconds, matmuls, traffic = 0.0, [], Traffic()  # matmuls: one list per update, replayed on its own
     for batches in updates:
         trainer.train_step(batches)
         _sync(device)
@@ -142,9 +143,11 @@ def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
         trainer.train_step(batches)
         _sync(device)
         seconds += time.perf_counter() - started
-        matmuls.append(record(functools.partial(trainer.train_step, batches)))
+        recorded, moved = record_step(functools.partial(trainer.train_step, batches))
+        matmuls.append(recorded)
+        traffic = traffic.add(moved)
     trainer.settle()
-    report = roof_report(matmuls, seconds, device)
+    report = roof_report(matmuls, seconds, device, traffic, copy_bandwidth(device))
     report["updates"] = len(updates)
     return report
 
@@ -308,7 +311,20 @@ def roof_lines(roof: dict[str, Any] | None) -> list[str]:
     dtypes = ", ".join(f"{k} {100 * v:.0f}%" for k, v in roof["matmul_flop_share_by_dtype"].items())
     return [f"  matmul roof       {roof['roof_gflops']:.1f} GFLOP/s (the {roof['matmuls']} matmuls of "
             f"{roof['updates']} updates, {roof['matmul_gflop']:.1f} GFLOP, {dtypes}, replayed alone); the step runs "
-            f"them at {roof['step_gflops']:.1f} GFLOP/s = {100 * roof['fraction_of_roof']:.0f}% of the roof"]
+            f"them at {roof['step_gflops']:.1f} GFLOP/s = {100 * roof['fraction_of_roof']:.0f}% of the roof"
+            ] + memory_ceiling_lines(roof)
+
+
+def memory_ceiling_lines(roof: dict[str, Any]) -> list[str]:
+    """The memory-ceiling line of the report (:mod:`nmt.roof`; none when the traffic was not recorded)."""
+    if "memory_ceiling" not in roof:
+        return []
+    per_update = roof["updates"] or 1
+    milliseconds = 1000 * roof["other_memory_seconds"] / per_update
+    return [f"  memory ceiling    the other {roof['other_ops'] / per_update:,.0f} operations of an update move "
+            f"{roof['other_gbytes'] / per_update:.2f} GB; at this machine's copy bandwidth "
+            f"({roof['bandwidth_gbytes_per_s']:.1f} GB/s) that is {milliseconds:.0f} ms, so with these passes the "
+            f"step reaches about {100 * roof['memory_ceiling']:.0f}% of the roof at best"]
 
 
 def to_json(result: dict[str, Any]) -> str:

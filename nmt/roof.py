@@ -10,6 +10,12 @@ one of this model at this batch shape and precision: under bf16 autocast it is t
 Recorded: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (what ``nn.Linear`` and ``torch.matmul`` become), oneDNN's
 linear on a packed weight (bf16 decoding, :mod:`nmt.modules.packed`), and the fused attention kernels as the batched
 matmuls they compute (2 forward, 4 backward).
+
+The same recording counts the memory traffic of every other operation (:class:`Traffic`: the bytes of its tensor
+arguments and results; views and allocations move nothing). Against the machine's copy bandwidth
+(:func:`copy_bandwidth`) that gives the step's **memory ceiling**: the fraction of the roof it could reach if all
+those operations ran as memory-bound passes at full bandwidth and nothing else (Python, dispatch, waits) took time.
+A ceiling below a target says the target needs fewer passes (fused kernels), not faster ones.
 """
 
 from __future__ import annotations
@@ -76,25 +82,83 @@ for _name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_produc
         _RULES[getattr(aten, _name + "_backward").default] = lambda _g, q, k, v, *_: _attention(q, k, v, True)
 
 
+@dataclass
+class Traffic:
+    """The operations other than matmuls that ran, and the bytes of their tensor arguments and results: an upper
+    bound on what they read and write (an in-place operand counts once read and once written, as it is; ``copy_``'s
+    destination counts as read too)."""
+
+    ops: int = 0
+    bytes: int = 0
+
+    def add(self, other: Traffic) -> Traffic:
+        return Traffic(self.ops + other.ops, self.bytes + other.bytes)
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def _moves_memory(func: Any) -> bool:
+    """False for views (their results alias their inputs; ``_unsafe_view`` is one without saying so) and allocations
+    without a fill (``empty``, ``new_empty``, ``empty_strided``, ``empty_like``): they touch no element."""
+    name = func.__name__.split(".")[0]
+    return not (func.is_view or name == "_unsafe_view" or name.removeprefix("new_").startswith("empty"))
+
+
 class MatmulRecorder(TorchDispatchMode):
-    """Records every matmul that runs inside it (forward and backward) as :class:`Matmul` shapes."""
+    """Records every matmul that runs inside it (forward and backward) as :class:`Matmul` shapes, and every other
+    operation's traffic (:class:`Traffic`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.matmuls: list[Matmul] = []
+        self.traffic = Traffic()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
         rule = _RULES.get(func)
         if rule is not None:
             self.matmuls.extend(rule(*args))
-        return func(*args, **(kwargs or {}))
+        result = func(*args, **kwargs)
+        if rule is None and _moves_memory(func):
+            moved = _tensor_bytes(list(args)) + _tensor_bytes(list(kwargs.values())) + _tensor_bytes(result)
+            self.traffic = self.traffic.add(Traffic(1, moved))
+        return result
 
 
 def record(fn: Callable[[], Any]) -> list[Matmul]:
     """The matmuls that ``fn()`` runs."""
+    return record_step(fn)[0]
+
+
+def record_step(fn: Callable[[], Any]) -> tuple[list[Matmul], Traffic]:
+    """The matmuls that ``fn()`` runs and the traffic of its other operations."""
     with MatmulRecorder() as recorder:
         fn()
-    return recorder.matmuls
+    return recorder.matmuls, recorder.traffic
+
+
+def copy_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes per second read and written by copying a ``megabytes`` buffer (larger than the caches) into another:
+    the fastest of ``repeats`` copies, with the threads a training step uses."""
+    source = torch.ones(megabytes * 2**20 // 4, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)  # pages mapped
+    best = float("inf")
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        target.copy_(source)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * source.numel() * source.element_size() / best
 
 
 def replay_seconds(matmuls: list[Matmul], device: torch.device, repeats: int = 3) -> float:
@@ -126,8 +190,11 @@ def replay_seconds(matmuls: list[Matmul], device: torch.device, repeats: int = 3
     return min(once() for _ in range(repeats))
 
 
-def roof_report(updates: list[list[Matmul]], step_seconds: float, device: torch.device) -> dict[str, Any]:
-    """The steps' matmul FLOPs, the replay's rate (the roof) and the steps' rate against it.
+def roof_report(updates: list[list[Matmul]], step_seconds: float, device: torch.device,
+                traffic: Traffic | None = None, bandwidth: float | None = None) -> dict[str, Any]:
+    """The steps' matmul FLOPs, the replay's rate (the roof) and the steps' rate against it; with the ``traffic``
+    of the same updates' other operations and the machine's copy ``bandwidth`` (bytes/s), their memory ceiling
+    (module doc): ``replay / (replay + traffic.bytes / bandwidth)``.
 
     ``updates`` holds each timed update's matmuls; each update is replayed on its own (:func:`replay_seconds`: a
     warm-up, then the fastest of three), so the roof is the speed of its shapes with their oneDNN primitives built.
@@ -142,7 +209,7 @@ def roof_report(updates: list[list[Matmul]], step_seconds: float, device: torch.
     for mm in matmuls:
         name = str(mm.dtype).removeprefix("torch.")
         dtypes[name] = dtypes.get(name, 0) + mm.flops
-    return {
+    report: dict[str, Any] = {
         "matmuls": len(matmuls), "matmul_gflop": flops / 1e9,
         "matmul_flop_share_by_dtype": {k: v / flops for k, v in dtypes.items()} if flops else {},
         "replay_seconds": replay, "step_seconds": step_seconds,
@@ -150,3 +217,11 @@ def roof_report(updates: list[list[Matmul]], step_seconds: float, device: torch.
         "step_gflops": flops / step_seconds / 1e9 if step_seconds else 0.0,
         "fraction_of_roof": replay / step_seconds if step_seconds else 0.0,
     }
+    if traffic is not None and bandwidth:
+        memory_seconds = traffic.bytes / bandwidth
+        report.update({
+            "other_ops": traffic.ops, "other_gbytes": traffic.bytes / 1e9, "bandwidth_gbytes_per_s": bandwidth / 1e9,
+            "other_memory_seconds": memory_seconds,
+            "memory_ceiling": replay / (replay + memory_seconds) if replay + memory_seconds else 0.0,
+        })
+    return report

@@ -48,6 +48,9 @@ def test_bench_json(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     roof = train["roof"]  # the step's matmuls replayed alone: faster than the whole step
     assert roof["updates"] == 2 and roof["matmuls"] > 0 and roof["matmul_flop_share_by_dtype"] == {"float32": 1.0}
     assert 0 < roof["fraction_of_roof"] < 1 and roof["roof_gflops"] > roof["step_gflops"] > 0
+    # the other operations' traffic at the copy bandwidth: a ceiling above where the step is, below the roof
+    assert roof["other_ops"] > 0 and roof["other_gbytes"] > 0 and roof["bandwidth_gbytes_per_s"] > 0
+    assert roof["fraction_of_roof"] < roof["memory_ceiling"] < 1
     assert result["memory"]["peak_rss_mb"] > 0
     for mode in ("beam4", "greedy"):
         decode = result["decode"][mode]
@@ -76,6 +79,7 @@ def test_bench_table_and_option_errors(data_dir: Path, tmp_path: Path, capsys: p
     out = capsys.readouterr().out
     assert "tgt tokens/s" in out and "load average" in out and "sentences/s, " not in out
     assert "matmul roof" in out and "% of the roof" in out
+    assert "memory ceiling" in out and "GB/s) that is" in out
     assert main(["bench", str(config), "--steps", "0"]) == 2
     assert "--steps 0 must be at least 1" in capsys.readouterr().err
 

@@ -45,7 +45,11 @@ def test_training_table_puts_our_matmul_roof_beside_the_speeds() -> None:
                "ours-bf16": ours, "fairseq": fairseq}
     text = peers.markdown(results, argparse.Namespace(epoch=True, updates=40, warmup=5, sentences=0))
     assert "| nmt (ours), bf16 autocast | 136.0 |" in text and "| 2.14x |" in text
-    assert "- nmt (ours), bf16 autocast: 47% of the roof (292 of 619 GFLOP/s)" in text
+    assert "- nmt (ours), bf16 autocast: 47% of the roof (292 of 619 GFLOP/s)\n" in text  # no ceiling recorded
+    ours["roof"].update(memory_ceiling=0.58, other_gbytes=9.7, updates=2, bandwidth_gbytes_per_s=20.0)
+    text = peers.markdown(results, argparse.Namespace(epoch=True, updates=40, warmup=5, sentences=0))
+    assert ("47% of the roof (292 of 619 GFLOP/s); memory ceiling 58% (its other operations move 4.85 GB per "
+            "update, 20 GB/s copy bandwidth)") in text
 
 
 def test_an_unprepared_pair_is_one_line_naming_the_missing_file(tmp_path: Path) -> None:

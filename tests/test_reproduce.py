@@ -138,7 +138,7 @@ def test_ctrl_c_during_training_exits_130_with_one_line_and_a_checkpoint(tmp_pat
         time.sleep(0.2)
     os.killpg(driver.pid, signal.SIGINT)
     _, stderr = driver.communicate(timeout=120)
-    assert driver.returncode == 130
+    assert driver.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.rstrip().splitlines()[-1] == "error: interrupted; rerun the same command to resume from " \
                                                "checkpoint_last.pt"

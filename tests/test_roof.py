@@ -56,3 +56,36 @@ def test_each_update_is_replayed_on_its_own(monkeypatch: pytest.MonkeyPatch) -> 
     report = roof_report([first, second], 4.0, torch.device("cpu"))
     assert replayed == [first, second]
     assert report["replay_seconds"] == 1.0 and report["fraction_of_roof"] == 0.25
+
+
+def test_traffic_counts_the_bytes_of_other_operations_only() -> None:
+    """An elementwise product reads two tensors and writes one; views, allocations and matmuls move nothing here."""
+    a, b = torch.randn(64, 32), torch.randn(64, 32)
+
+    def step() -> None:
+        torch.mm(a, b.t())  # a matmul: recorded as one, not as traffic
+        a.view(32, 64).t()  # views
+        torch.empty(1000)  # an allocation
+        a * b  # 3 x 64 x 32 float32
+        a.bfloat16()  # read 4 bytes, write 2 per element
+
+    matmuls, traffic = nmt.roof.record_step(step)
+    assert [(m.m, m.k, m.n) for m in matmuls] == [(64, 32, 64)]
+    assert traffic.ops == 2 and traffic.bytes == 3 * 64 * 32 * 4 + 64 * 32 * 6
+
+
+def test_memory_ceiling_relates_the_replay_to_the_traffic_at_the_bandwidth() -> None:
+    matmuls = [Matmul(1, 64, 64, 64, torch.float32)] * 2
+    bandwidth = 1e9
+    replay = replay_seconds(matmuls, torch.device("cpu"))
+    traffic = nmt.roof.Traffic(ops=10, bytes=int(replay * bandwidth))  # as long as the replay at the bandwidth
+    report = roof_report([matmuls], 10.0, torch.device("cpu"), traffic, bandwidth)
+    assert report["other_ops"] == 10 and report["bandwidth_gbytes_per_s"] == 1.0
+    assert report["other_memory_seconds"] == traffic.bytes / bandwidth
+    ceiling = report["replay_seconds"] / (report["replay_seconds"] + report["other_memory_seconds"])
+    assert report["memory_ceiling"] == ceiling and 0 < ceiling < 1
+    assert "memory_ceiling" not in roof_report([matmuls], 10.0, torch.device("cpu"))
+
+
+def test_copy_bandwidth_is_a_plausible_rate() -> None:
+    assert 1e8 < nmt.roof.copy_bandwidth(torch.device("cpu"), megabytes=8, repeats=2) < 1e13
