@@ -121,6 +121,13 @@ def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert calls and "--resume" in calls[0]
 
 
+def _sigint_as_a_terminal_gives_it() -> None:
+    """In the driver before exec: SIGINT's default action. A shell starts background jobs with SIGINT ignored,
+    and Python then installs no KeyboardInterrupt handler; under a backgrounded ``make test`` the driver ignored the
+    Ctrl-C that this test sends (its training child, which sets its own handler, stopped)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_training_exits_130_with_one_line_and_a_checkpoint(tmp_path: Path) -> None:
     """Ctrl-C reaches the whole process group: the training child saves checkpoint_last.pt, and the driver says so
@@ -131,7 +138,8 @@ def test_ctrl_c_during_training_exits_130_with_one_line_and_a_checkpoint(tmp_pat
     tree["train"].update(max_steps=100000, eval_every=100000, log_every=1)
     config.write_text(yaml.safe_dump(tree), encoding="utf-8")
     driver = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "reproduce"), *args], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=_sigint_as_a_terminal_gives_it)
     deadline = time.monotonic() + 180
     while not any(" step 2 | " in log.read_text(encoding="utf-8") for log in (tmp_path / "runs").rglob("train.log")):
         assert driver.poll() is None and time.monotonic() < deadline, "training never started"
