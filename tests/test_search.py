@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from nmt.search import SEARCHES, Hypothesis, beam_search, greedy_search, length_penalty
+from nmt.search import SEARCHES, Hypothesis, beam_search, greedy_search, length_penalty, official
 from nmt.vocab import BOS, EOS, PAD
 
 A, B, C, D, E, F, G, H, K, J = range(4, 14)
@@ -251,3 +251,55 @@ def test_search_names_match_the_config() -> None:
     assert DecodeConfig().search == "official"
     with pytest.raises(ValueError, match="unknown search"):
         beam_search(ScriptedDecoder(TABLE), torch.tensor([[A]]), beam=2, search="nope")
+
+
+# beam 2: after step 1 the beam holds the finished A-EOS (p .81) and the live A-C (p .09), whose continuations never
+# end (C or D at .5 each): the official rules would extend A-C until the length limit, though nothing it can become
+# outscores A-EOS.
+SETTLES = {(): {A: 0.9, B: 0.1}, (A,): {EOS: 0.9, C: 0.1}}
+NEVER_ENDS = {C: 0.5, D: 0.5}
+
+
+@pytest.mark.parametrize("lenpen", [0.0, 0.6, 1.0])
+def test_official_stops_a_sentence_once_its_nbest_cannot_change(lenpen: float,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    src = torch.tensor([[A, B]])
+    runs = {}
+    for settle in (False, True):
+        monkeypatch.setattr(official, "SETTLE", settle)
+        model = ScriptedDecoder(SETTLES, default=NEVER_ENDS)
+        runs[settle] = beam_search(model, src, beam=2, lenpen=lenpen, max_len_b=30, nbest=1), model.rows_per_step
+    (hyps, rows), (reference, all_rows) = runs[True], runs[False]
+    assert hyps == reference and hyps[0][0].tokens == [A]
+    assert all_rows == [1] + [2] * 31  # to the limit: |src| + 30 tokens, EOS included
+    assert rows == [1, 2]  # done as soon as the finished entry cannot be outscored
+
+
+def test_official_does_not_stop_while_a_live_entry_can_still_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After step 1 the beam holds the finished A-EOS (p .3, score log .3 / lp(2)) and the live B-C (p .25). The
+    live entry's bound ``log .25 / lp(limit)`` rises with the limit: below A-EOS's score for a limit of 3 tokens,
+    above it for a long one (a continuation of probability near 1 would win there)."""
+    table = {(): {A: 0.5, B: 0.5}, (A,): {EOS: 0.6, C: 0.4}, (B,): {EOS: 0.1, C: 0.5, D: 0.4}}
+    monkeypatch.setattr(official, "SETTLE", True)
+    src = torch.tensor([[A, B]])
+    model = ScriptedDecoder(table, default=NEVER_ENDS)
+    beam_search(model, src, beam=2, lenpen=1.0, max_len_b=30, nbest=1)
+    assert 2 < len(model.rows_per_step) < 31  # until B-C's descendants have fallen far enough
+    model = ScriptedDecoder(table, default=NEVER_ENDS)
+    beam_search(model, src, beam=2, lenpen=1.0, max_len_a=0.0, max_len_b=3, nbest=1)
+    assert model.rows_per_step == [1, 2]
+
+
+@pytest.mark.parametrize("nbest", [1, 2, 3])
+@pytest.mark.parametrize("lenpen", [0.0, 0.6, 1.0, 2.0])
+def test_settling_returns_the_same_nbest_as_running_to_the_end(nbest: int, lenpen: float,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    src = torch.tensor([[4 + (i * 7 + j * 3) % 8 for j in range(1 + i % 6)] + [PAD] * (5 - i % 6) for i in range(40)])
+    results, steps = {}, {}
+    for settle in (False, True):
+        monkeypatch.setattr(official, "SETTLE", settle)
+        model = PseudoRandomDecoder(eos_boost=0.25)
+        results[settle] = beam_search(model, src, beam=4, lenpen=lenpen, max_len_b=12, nbest=nbest)
+        steps[settle] = sum(model.rows_per_step)
+    assert results[True] == results[False]  # tokens, scores, log-probabilities, positional scores: all equal
+    assert steps[True] < steps[False]

@@ -17,7 +17,9 @@ included, as fed to the model).
   entries (scored with the penalty of their new length) together with the finished entries (which keep their
   score), and keeps the ``beam`` best. A sentence is done when all ``beam`` entries end with EOS or after
   ``max_len`` tokens (EOS included): entries cut off there are returned without EOS, scored at their length. Its
-  n-best list is the ``beam`` entries sorted by score.
+  n-best list is the ``beam`` entries sorted by score. A sentence leaves the search sooner once its ``nbest`` best
+  entries are finished and no live entry can outscore them whatever it generates (its summed log-probability
+  only falls, and the penalty of ``max_len`` is the largest it can divide by): the same n-best, fewer steps.
 - ``fairseq``: EOS allowed from step 0. Each step takes the ``2 * beam`` best extensions: EOS extensions among the
   ``beam`` best move to a finished list and the ``beam`` best non-EOS extensions stay live. A sentence is done once
   it has ``beam`` finished hypotheses or has produced ``max_len`` tokens, where every live beam is forced to end with

@@ -81,6 +81,34 @@ def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float) -> tuple[T
     return new_scores, new_logprob, parents, (index % vocab).view(-1)
 
 
+# a log-probability computed in float32 can come out a few ulps above 0 (log_softmax of a near-certain token): the
+# bound of :func:`_settled` allows this much per remaining step, far above such rounding and far below real margins
+ROUNDING_PER_STEP = 1e-4
+SETTLE = True  # stop a sentence once its n-best can no longer change (:func:`_settled`)
+
+
+def _settled(pool: _Pool, ended: Tensor, nbest: int, lenpen: float) -> Tensor:
+    """(A,) sentences whose ``nbest`` best entries are finished and can no longer be displaced: the search would
+    return them whatever it did next, so stopping now returns the same n-best, only sooner.
+
+    A live entry with summed log-probability ``s < 0`` at length ``t`` can only add log-probabilities <= 0, so any
+    entry descending from it, finished at a length ``L <= limit`` or cut off at ``limit``, scores at most
+    ``s / lp(L) <= s / lp(limit)`` (``lp`` grows with the length for ``lenpen >= 0``). When every live entry's bound
+    is below the ``nbest``-th best finished score, nothing that can still enter the beam outranks the ``nbest`` best
+    finished entries, and none of them can fall out of it (that takes ``beam`` better entries). Under the official
+    rules a sentence otherwise runs until all ``beam`` entries end or the limit (``|src| + 50``): a batch's last
+    steps are mostly sentences waiting on entries that cannot win.
+    """
+    t = pool.tokens.size(1)
+    finished = torch.where(ended & torch.isfinite(pool.scores), pool.scores, -torch.inf)  # (A, W)
+    kth = finished.topk(nbest, dim=1).values[:, -1] if nbest > 1 else finished.amax(dim=1)  # (A,)
+    penalty = ((5.0 + pool.limits.double()) ** lenpen / 6.0 ** lenpen).float()  # lp(limit), (A,)
+    best_sum = pool.logprob + ROUNDING_PER_STEP * (pool.limits - t).clamp(min=0)[:, None]  # (A, W)
+    bound = torch.where(best_sum < 0, best_sum / penalty[:, None], torch.inf)
+    bound = torch.where(ended, -torch.inf, bound)  # finished entries do not grow
+    return (bound < kth[:, None]).all(dim=1) & torch.isfinite(kth)
+
+
 def _emit(pool: _Pool, done: Tensor, finished: list[list[Hypothesis]]) -> None:
     """Add every entry of the done sentences to ``finished``: tokens up to the first EOS (none if cut off)."""
     width = pool.scores.size(1)
@@ -128,7 +156,10 @@ def official_beam_search(
         pool = _Pool(pool.active, pool.limits, logprob, scores,
                      torch.cat([pool.tokens[parents], new_tok[:, None]], dim=1),
                      torch.cat([pool.positional[parents], step_scores[:, None]], dim=1))
-        done = _ended(pool).all(dim=1) | (pool.limits <= pool.tokens.size(1))  # (A,)
+        ended = _ended(pool)
+        done = ended.all(dim=1) | (pool.limits <= pool.tokens.size(1))  # (A,)
+        if SETTLE and lenpen >= 0 and width >= nbest:
+            done |= _settled(pool, ended, nbest, lenpen)
         if bool(done.any()):
             _emit(pool, done, finished)
         keep = (~done).nonzero(as_tuple=True)[0]  # (A',)
