@@ -303,3 +303,26 @@ def test_settling_returns_the_same_nbest_as_running_to_the_end(nbest: int, lenpe
         steps[settle] = sum(model.rows_per_step)
     assert results[True] == results[False]  # tokens, scores, log-probabilities, positional scores: all equal
     assert steps[True] < steps[False]
+
+
+class RawLogDecoder(ScriptedDecoder):
+    """Log-probabilities given as they are, a few above 0: what rounding can give a near-certain token."""
+
+    def distribution(self, src: tuple[int, ...], prefix: tuple[int, ...]) -> Tensor:
+        out = torch.full((VOCAB,), -math.inf)
+        for token, value in self.table.get(prefix[1:], self.default).items():
+            out[token] = value
+        return out
+
+
+def test_settling_does_not_trust_scores_above_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A-EOS finishes at +0.03 and B-C stays live at +0.01; B-C's descendants keep gaining and end above A-EOS. A
+    bound divided by lp(limit) holds for a negative sum only, so a positive best score must not stop the search."""
+    table = {(): {A: 0.0, B: 0.01}, (A,): {EOS: 0.03, C: -3.0}, (B,): {C: 0.0, EOS: -5.0}}
+    src = torch.tensor([[A, B]])
+    results = {}
+    for settle in (False, True):
+        monkeypatch.setattr(official, "SETTLE", settle)
+        model = RawLogDecoder(table, default={C: 0.01, EOS: 0.05})
+        results[settle] = beam_search(model, src, beam=2, lenpen=1.0, max_len_b=10, nbest=1)
+    assert results[True] == results[False] and results[True][0][0].tokens[0] == B

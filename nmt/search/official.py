@@ -24,6 +24,7 @@ class _Pool:
 
     active: Tensor  # (A,) index of each active sentence in the original batch
     limits: Tensor  # (A,) max output length (EOS included) of each active sentence
+    limit_penalty: Tensor  # (A,) the length penalty at that length (:func:`_settled`)
     logprob: Tensor  # (A, width) summed log-probability of each entry
     scores: Tensor  # (A, width) logprob / length penalty of each entry (frozen once it ended with EOS)
     tokens: Tensor  # (A * width, t) generated tokens, EOS repeated after the first one
@@ -87,7 +88,7 @@ ROUNDING_PER_STEP = 1e-4
 SETTLE = True  # stop a sentence once its n-best can no longer change (:func:`_settled`)
 
 
-def _settled(pool: _Pool, ended: Tensor, nbest: int, lenpen: float) -> Tensor:
+def _settled(pool: _Pool, ended: Tensor, nbest: int) -> Tensor:
     """(A,) sentences whose ``nbest`` best entries are finished and can no longer be displaced: the search would
     return them whatever it did next, so stopping now returns the same n-best, only sooner.
 
@@ -99,14 +100,14 @@ def _settled(pool: _Pool, ended: Tensor, nbest: int, lenpen: float) -> Tensor:
     rules a sentence otherwise runs until all ``beam`` entries end or the limit (``|src| + 50``): a batch's last
     steps are mostly sentences waiting on entries that cannot win.
     """
-    t = pool.tokens.size(1)
-    finished = torch.where(ended & torch.isfinite(pool.scores), pool.scores, -torch.inf)  # (A, W)
-    kth = finished.topk(nbest, dim=1).values[:, -1] if nbest > 1 else finished.amax(dim=1)  # (A,)
-    penalty = ((5.0 + pool.limits.double()) ** lenpen / 6.0 ** lenpen).float()  # lp(limit), (A,)
-    best_sum = pool.logprob + ROUNDING_PER_STEP * (pool.limits - t).clamp(min=0)[:, None]  # (A, W)
-    bound = torch.where(best_sum < 0, best_sum / penalty[:, None], torch.inf)
-    bound = torch.where(ended, -torch.inf, bound)  # finished entries do not grow
-    return (bound < kth[:, None]).all(dim=1) & torch.isfinite(kth)
+    finished = torch.where(ended, pool.scores, -torch.inf)  # (A, W); impossible entries are -inf already
+    kth = finished.topk(nbest, dim=1).values[:, -1] if nbest > 1 else finished.amax(dim=1)  # (A,), -inf if none
+    # a positive kth (rounding) is not trusted: at most 0 keeps every accepted bound's numerator negative, where
+    # dividing by lp(limit) gives its largest value
+    kth = kth.clamp(max=0.0)
+    slack = (pool.limits - pool.tokens.size(1)).clamp(min=0) * ROUNDING_PER_STEP  # (A,)
+    bound = (pool.logprob + slack[:, None]) / pool.limit_penalty[:, None]  # (A, W)
+    return ((bound < kth[:, None]) | ended).all(dim=1)
 
 
 def _emit(pool: _Pool, done: Tensor, finished: list[list[Hypothesis]]) -> None:
@@ -138,9 +139,11 @@ def official_beam_search(
     """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`)."""
     batch, device = src.size(0), src.device
     state = model.start(src)
+    limits = max_lengths(src, max_len_a, max_len_b, max_len_cap)
     pool = _Pool(
         active=torch.arange(batch, device=device),
-        limits=max_lengths(src, max_len_a, max_len_b, max_len_cap),
+        limits=limits,
+        limit_penalty=((5.0 + limits.double()) ** lenpen / 6.0**lenpen).float(),  # as length_penalty computes it
         logprob=torch.zeros(batch, 1, device=device),  # width 1 at step 0: one row per sentence
         scores=torch.zeros(batch, 1, device=device),
         tokens=torch.zeros(batch, 0, dtype=torch.long, device=device),
@@ -153,13 +156,13 @@ def official_beam_search(
         scores, logprob, parents, new_tok = _extend(pool, log_probs, beam, lenpen)
         step_scores = logprob.view(-1) - pool.logprob.view(-1)[parents]
         width = scores.size(1)
-        pool = _Pool(pool.active, pool.limits, logprob, scores,
+        pool = _Pool(pool.active, pool.limits, pool.limit_penalty, logprob, scores,
                      torch.cat([pool.tokens[parents], new_tok[:, None]], dim=1),
                      torch.cat([pool.positional[parents], step_scores[:, None]], dim=1))
         ended = _ended(pool)
         done = ended.all(dim=1) | (pool.limits <= pool.tokens.size(1))  # (A,)
         if SETTLE and lenpen >= 0 and width >= nbest:
-            done |= _settled(pool, ended, nbest, lenpen)
+            done |= _settled(pool, ended, nbest)
         if bool(done.any()):
             _emit(pool, done, finished)
         keep = (~done).nonzero(as_tuple=True)[0]  # (A',)
@@ -167,8 +170,8 @@ def official_beam_search(
             break
         rows = (keep[:, None] * width + torch.arange(width, device=device)).view(-1)  # (A' * width,)
         state = state.select(parents[rows])
-        pool = _Pool(pool.active[keep], pool.limits[keep], logprob[keep], scores[keep], pool.tokens[rows],
-                     pool.positional[rows])
+        pool = _Pool(pool.active[keep], pool.limits[keep], pool.limit_penalty[keep], logprob[keep], scores[keep],
+                     pool.tokens[rows], pool.positional[rows])
         prev = pool.tokens[:, -1]
     return nbest_lists(finished, nbest)
 
