@@ -30,6 +30,7 @@ import torch
 from nmt.config import Config
 from nmt.hardware import describe_machine, machine_info
 from nmt.loader import BatchLoader
+from nmt.roof import copy_bandwidth
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
@@ -118,21 +119,25 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
         return stats["src_tokens"], stats["tgt_tokens"], sum(len(ix) for ix in indices)
 
     try:
+        # the copy bandwidth first, while the process is small: its two buffers then raise no peak RSS reported here
+        bandwidth = copy_bandwidth(device) if roof_samples > 0 else None
         result = _timed_repeats(update, device, steps, warmup, repeats, uf)
         result["peak_rss_mb"] = peak_rss_mb()  # before the roof's replay allocates its own operands
         if roof_samples > 0:
             picks = sorted({warmup + (i * steps) // roof_samples for i in range(roof_samples)})
-            result["roof"] = matmul_roof(trainer, [loader.get((1, k), chunks[k * uf:(k + 1) * uf]) for k in picks])
+            result["roof"] = matmul_roof(trainer, [loader.get((1, k), chunks[k * uf:(k + 1) * uf]) for k in picks],
+                                         bandwidth)
         return result
     finally:
         loader.close()
 
 
-def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
+def matmul_roof(trainer: Trainer, updates: list[list[Batch]], bandwidth: float | None = None) -> dict[str, Any]:
     """The training step against its matmul roof (:mod:`nmt.roof`) on ``updates``: each is timed once through
     ``train_step`` (after one untimed run of it), and run once more to record its matmuls and the traffic of its
-    other operations, which the machine's copy bandwidth turns into the step's memory ceiling."""
-    from nmt.roof import Traffic, copy_bandwidth, record_step, roof_report
+    other operations, which the machine's copy ``bandwidth`` (bytes/s; measured here if not given) turns into the
+    step's memory ceiling."""
+    from nmt.roof import Traffic, record_step, roof_report
 
     device = trainer.rt.device
     seconds, matmuls, traffic = 0.0, [], Traffic()  # matmuls: one list per update, replayed on its own
@@ -147,7 +152,7 @@ def matmul_roof(trainer: Trainer, updates: list[list[Batch]]) -> dict[str, Any]:
         matmuls.append(recorded)
         traffic = traffic.add(moved)
     trainer.settle()
-    report = roof_report(matmuls, seconds, device, traffic, copy_bandwidth(device))
+    report = roof_report(matmuls, seconds, device, traffic, bandwidth or copy_bandwidth(device))
     report["updates"] = len(updates)
     return report
 

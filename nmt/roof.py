@@ -143,7 +143,7 @@ def record_step(fn: Callable[[], Any]) -> tuple[list[Matmul], Traffic]:
     return recorder.matmuls, recorder.traffic
 
 
-def copy_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+def copy_bandwidth(device: torch.device, megabytes: int = 64, repeats: int = 5) -> float:
     """Bytes per second read and written by copying a ``megabytes`` buffer (larger than the caches) into another:
     the fastest of ``repeats`` copies, with the threads a training step uses."""
     source = torch.ones(megabytes * 2**20 // 4, device=device)
