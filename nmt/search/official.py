@@ -48,8 +48,10 @@ def _ended(pool: _Pool) -> Tensor:
     return (last == EOS) | ~torch.isfinite(pool.scores)
 
 
-def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The ``beam`` best entries of the next step among all extensions of live entries and the finished entries.
+def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float,
+            ended: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The ``beam`` best entries of the next step among all extensions of live entries and the finished entries
+    (``ended``: :func:`_ended` of ``pool``, None at step 0).
 
     The official decoder divides all (A, W, V) extensions by the length penalty and takes the top ``beam``. The
     penalty is the same for every live extension of a step, so the ``beam`` best live extensions by log-prob are
@@ -64,14 +66,14 @@ def _extend(pool: _Pool, log_probs: Tensor, beam: int, lenpen: float) -> tuple[T
     totals = pool.logprob.view(-1, 1) + log_probs.float()  # (A * W, V)
     totals[:, _FORBIDDEN[pool.tokens.size(1) == 0]] = -torch.inf  # on the fresh totals: no copy of log_probs
     k = min(beam, width * vocab)
-    ended = _ended(pool) if pool.tokens.size(1) > 0 else torch.zeros_like(pool.scores, dtype=torch.bool)  # (A, W)
-    finished = bool(ended.any())
-    if finished:
+    if ended is not None and not bool(ended.any()):
+        ended = None  # no finished entry: nothing to rank beside the extensions
+    if ended is not None:
         # finished entries have no extension (filling their rows only, not a pass over a broadcast (A * W, V) mask)
         totals.index_fill_(0, ended.view(-1).nonzero().squeeze(1), -torch.inf)
     new_logprob, index = topk(totals.view(n_active, width * vocab), k)  # (A, W*V) -> (A, K)
     new_scores = new_logprob / length_penalty(pool.tokens.size(1) + 1, lenpen)
-    if finished:
+    if ended is not None:
         kept = torch.where(ended, pool.scores, -torch.inf)  # (A, W): a finished entry's only candidate
         eos_index = (torch.arange(width, device=index.device) * vocab + EOS).expand(n_active, width)
         new_scores, pick = torch.cat([new_scores, kept], dim=1).topk(k, dim=1)  # (A, K + W) -> (A, K)
@@ -151,9 +153,10 @@ def official_beam_search(
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    ended: Tensor | None = None  # (A, width) the pool's entries that are over (none at step 0)
     while True:
         log_probs, state = model.step(prev, state)
-        scores, logprob, parents, new_tok = _extend(pool, log_probs, beam, lenpen)
+        scores, logprob, parents, new_tok = _extend(pool, log_probs, beam, lenpen, ended)
         step_scores = logprob.view(-1) - pool.logprob.view(-1)[parents]
         width = scores.size(1)
         pool = _Pool(pool.active, pool.limits, pool.limit_penalty, logprob, scores,
@@ -165,13 +168,16 @@ def official_beam_search(
             done |= _settled(pool, ended, nbest)
         if bool(done.any()):
             _emit(pool, done, finished)
-        keep = (~done).nonzero(as_tuple=True)[0]  # (A',)
-        if not keep.numel():
-            break
-        rows = (keep[:, None] * width + torch.arange(width, device=device)).view(-1)  # (A' * width,)
-        state = state.select(parents[rows])
-        pool = _Pool(pool.active[keep], pool.limits[keep], pool.limit_penalty[keep], logprob[keep], scores[keep],
-                     pool.tokens[rows], pool.positional[rows])
+            keep = (~done).nonzero(as_tuple=True)[0]  # (A',)
+            if not keep.numel():
+                break
+            rows = (keep[:, None] * width + torch.arange(width, device=device)).view(-1)  # (A' * width,)
+            state = state.select(parents[rows])
+            pool = _Pool(pool.active[keep], pool.limits[keep], pool.limit_penalty[keep], logprob[keep],
+                         scores[keep], pool.tokens[rows], pool.positional[rows])
+            ended = ended[keep]
+        else:  # every sentence goes on: the pool is already the next one's
+            state = state.select(parents)
         prev = pool.tokens[:, -1]
     return nbest_lists(finished, nbest)
 
