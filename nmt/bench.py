@@ -120,7 +120,7 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
 
     try:
         # the copy bandwidth first, while the process is small: its two buffers then raise no peak RSS reported here
-        bandwidth = copy_bandwidth(device) if roof_samples > 0 else None
+        bandwidth = copy_bandwidth(device) if roof_samples > 0 else 0.0
         result = _timed_repeats(update, device, steps, warmup, repeats, uf)
         result["peak_rss_mb"] = peak_rss_mb()  # before the roof's replay allocates its own operands
         if roof_samples > 0:
@@ -132,11 +132,11 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
         loader.close()
 
 
-def matmul_roof(trainer: Trainer, updates: list[list[Batch]], bandwidth: float | None = None) -> dict[str, Any]:
+def matmul_roof(trainer: Trainer, updates: list[list[Batch]], bandwidth: float) -> dict[str, Any]:
     """The training step against its matmul roof (:mod:`nmt.roof`) on ``updates``: each is timed once through
     ``train_step`` (after one untimed run of it), and run once more to record its matmuls and the traffic of its
-    other operations, which the machine's copy ``bandwidth`` (bytes/s; measured here if not given) turns into the
-    step's memory ceiling."""
+    other operations, which the machine's copy ``bandwidth`` (bytes/s, :func:`nmt.roof.copy_bandwidth`) turns into
+    the step's memory ceiling."""
     from nmt.roof import Traffic, record_step, roof_report
 
     device = trainer.rt.device
@@ -152,7 +152,7 @@ def matmul_roof(trainer: Trainer, updates: list[list[Batch]], bandwidth: float |
         matmuls.append(recorded)
         traffic = traffic.add(moved)
     trainer.settle()
-    report = roof_report(matmuls, seconds, device, traffic, bandwidth or copy_bandwidth(device))
+    report = roof_report(matmuls, seconds, device, traffic, bandwidth)
     report["updates"] = len(updates)
     return report
 

@@ -145,7 +145,7 @@ def official_beam_search(
     pool = _Pool(
         active=torch.arange(batch, device=device),
         limits=limits,
-        limit_penalty=((5.0 + limits.double()) ** lenpen / 6.0**lenpen).float(),  # as length_penalty computes it
+        limit_penalty=torch.tensor([length_penalty(n, lenpen) for n in limits.tolist()], device=device),
         logprob=torch.zeros(batch, 1, device=device),  # width 1 at step 0: one row per sentence
         scores=torch.zeros(batch, 1, device=device),
         tokens=torch.zeros(batch, 0, dtype=torch.long, device=device),
