@@ -11,6 +11,9 @@ SCALE ?= auto
 FROM ?= $(wildcard ../shared/data/$(PAIR))
 PAIRS ?= gl-en
 SYSTEMS ?= prenorm_fixnorm_scalenorm qknorm
+SEEDS ?= 1
+# STEPS: train every reproduce run for this many updates (no time limit), so runs on different machines compare
+STEPS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint floors train bench reproduce clean
@@ -39,7 +42,8 @@ bench: $(STAMP)
 	$(BIN)/nmt bench configs/bench.yaml --device $(DEVICE)
 
 reproduce: $(STAMP)
-	$(BIN)/python scripts/reproduce --pairs "$(PAIRS)" --systems "$(SYSTEMS)" --device $(DEVICE) --scale $(SCALE)
+	$(BIN)/python scripts/reproduce --pairs "$(PAIRS)" --systems "$(SYSTEMS)" --seeds "$(SEEDS)" --device $(DEVICE) \
+		--scale $(SCALE) $(if $(STEPS),--max-steps $(STEPS),)
 
 clean:
 	rm -rf $(VENV) .venv-floors .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,6 @@
-"""``scripts/reproduce`` end to end on the synthetic task: prepare → train → test for two systems, the report, and a
-rerun that neither trains nor decodes again."""
+"""``scripts/reproduce`` end to end on the synthetic task: prepare → train → test → record for two systems x two
+seeds, the report from the records, a rerun that neither trains nor decodes again, and --report-only without the run
+directories."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,9 +17,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 import yaml
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.evaluate import tokenized_bleu
 from nmt.experiments.pipeline import RunSpec, finished, train_run
 from nmt.experiments.published import BASELINE
 from tests.synthetic import tiny_config, write_corpus
@@ -52,40 +56,69 @@ def setup_dirs(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_reproduce_end_to_end_and_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_reproduce_two_seeds_records_and_report_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two systems x two seeds: mean ± sd rows, the across-seed test, one record per run; a rerun neither trains nor
+    decodes; --report-only after deleting the run directories rebuilds the same tables."""
     script = load_script()
-    args = setup_dirs(tmp_path)
+    args = [*setup_dirs(tmp_path), "--seeds", "1", "2", "--max-steps", "20", "--shuffles", "200"]
     assert script.main(args) == 0
     out = tmp_path / "results" / "cpu-xx-yy"
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert [(r["pair"], r["system"], r["status"]) for r in results["runs"]] == [
-        ("xx-yy", BASELINE, "tested"), ("xx-yy", "qknorm", "tested")]
+    assert [(r["system"], r["seed"], r["status"]) for r in results["runs"]] == [
+        (BASELINE, 1, "recorded"), ("qknorm", 1, "recorded"), (BASELINE, 2, "recorded"), ("qknorm", 2, "recorded")]
     for run in results["runs"]:
         assert run["training"]["steps"] == 20 and run["training"]["train_seconds"] > 0
         assert [step for step, _ in run["dev_curve"]] == [10, 20]
-        assert run["reference"]["value"] is None  # no published number for a synthetic pair
-    qknorm = results["runs"][1]
-    assert 0.0 <= qknorm["significance"]["p_value"] <= 1.0
-    assert set(qknorm["gains"]["final"]) >= {"encoder.0.self_attn", "decoder.1.cross_attn"}
-    for name in ("dev_bleu_xx-yy.png", "gains_xx-yy_qknorm.png"):
-        assert (out / name).read_bytes()[:8] == PNG_MAGIC
-    assert "| xx-yy | qknorm |" in (out / "results.md").read_text(encoding="utf-8")
+        assert run["config"]["train"]["seed"] == run["seed"] and run["config"]["train"]["max_minutes"] == 0
+        assert run["machines"] and "torch" in run["machines"][0]
+        record = json.loads((out / "runs" / run["name"] / "record.json").read_text(encoding="utf-8"))
+        hyps = (out / "runs" / run["name"] / "test.hyp").read_text(encoding="utf-8").splitlines()
+        refs = (tmp_path / "data" / "xx-yy" / "raw" / "test.yy").read_text(encoding="utf-8").splitlines()
+        assert record["test"]["test_bleu_tokenized"] == pytest.approx(tokenized_bleu(hyps, refs))  # recomputes
+        assert record["test"]["sacrebleu_signature"].startswith("nrefs:1")
+    seeds = {r["seed"]: r["test"]["test_bleu_tokenized"] for r in results["runs"] if r["system"] == "qknorm"}
+    first, second = (load_checkpoint(tmp_path / "runs" / f"xx-yy-cpu-qknorm-s{seed}" / "checkpoint_last.pt")["model"]
+                     for seed in (1, 2))
+    assert any(not torch.equal(first[key], second[key]) for key in first)  # the seed reached training
+    qknorm = results["groups"][1]
+    assert qknorm["system"] == "qknorm" and qknorm["tokenized_bleu"]["n"] == 2
+    assert qknorm["tokenized_bleu"]["mean"] == pytest.approx((seeds[1] + seeds[2]) / 2)
+    assert qknorm["tokenized_bleu"]["sd"] == pytest.approx(abs(seeds[1] - seeds[2]) / 2 ** 0.5)
+    across = qknorm["across_seeds"]
+    assert 0.0 < across["randomization"]["p_value"] <= 1.0 and across["randomization"]["runs"] == [2, 2]
+    assert across["interval"]["low"] <= across["interval"]["difference"] <= across["interval"]["high"]
+    assert results["runs"][1]["significance"]["baseline_seed"] == 1
+    assert (out / "dev_bleu_xx-yy.png").read_bytes()[:8] == PNG_MAGIC
+    assert (out / "gains_xx-yy-qknorm-s2.png").read_bytes()[:8] == PNG_MAGIC
+    table = (out / "results.md").read_text(encoding="utf-8")
+    assert "| xx-yy | qknorm | " in table and "(n=2)" in table
 
     runs = tmp_path / "runs"
-    stamps = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.suffix in {".pt", ".json", ".hyp"}}
+    stamps = {p: p.stat().st_mtime_ns for p in [*runs.rglob("*"), *out.rglob("record.json")]
+              if p.suffix in {".pt", ".json", ".hyp"}}
     capsys.readouterr()
-    assert script.main(args) == 0  # finished runs: no training, no decoding
+    assert script.main(args) == 0  # recorded runs: no training, no decoding, records untouched
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert "training finished already" in capsys.readouterr().err
+    assert "recorded already" in capsys.readouterr().err
 
     # the checkpoint says whether the run finished: not after an interrupt, nor for another config
-    run_dir = runs / "xx-yy-cpu-qknorm"
+    run_dir = runs / "xx-yy-cpu-qknorm-s1"
     payload = load_checkpoint(run_dir / "checkpoint_last.pt")
     assert payload["progress"]["stopped"] == "reached train.max_steps=20"
     assert finished(run_dir, payload["config"])
+    assert finished(run_dir, {**payload["config"], "train": {**payload["config"]["train"], "progress": False}})
     assert not finished(run_dir, {**payload["config"], "system": BASELINE})
     save_checkpoint(run_dir / "checkpoint_last.pt", {**payload, "progress": {**payload["progress"], "stopped": ""}})
     assert not finished(run_dir, payload["config"])
+
+    shutil.rmtree(runs)  # the checkpoints are gone: the records alone rebuild the report
+    before = table
+    assert script.main([*args, "--report-only"]) == 0
+    after = (out / "results.md").read_text(encoding="utf-8")
+    strip = [line for line in before.splitlines() if not line.startswith("Scale:")]
+    assert [line for line in after.splitlines() if not line.startswith("Scale:")] == strip
+    again = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert again["groups"] == results["groups"]
 
 
 def test_missing_config_fails_before_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

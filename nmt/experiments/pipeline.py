@@ -38,6 +38,8 @@ class RunSpec:
     from_dir: str | None = None
     runs_dir: str = "runs"
     config_dir: str | None = None  # default: the packaged configs (nmt/configs)
+    seed: int | None = None  # train.seed; None: the config's (and no -sSEED in the run's name)
+    extra: tuple[str, ...] = ()  # further overrides every run of a campaign shares (e.g. train.max_steps=1200)
 
     @property
     def config_path(self) -> Path | Traversable:
@@ -46,15 +48,22 @@ class RunSpec:
         return pair_config(self.pair, self.scale, self.config_dir)
 
     @property
+    def name(self) -> str:
+        """``PAIR-SYSTEM`` or ``PAIR-SYSTEM-sSEED``: the run's record folder (:mod:`nmt.experiments.records`)."""
+        return f"{self.pair}-{self.system}" + (f"-s{self.seed}" if self.seed is not None else "")
+
+    @property
     def save_dir(self) -> Path:
         suffix = "-cpu" if self.scale == "cpu" else ""
-        return Path(self.runs_dir) / f"{self.pair}{suffix}-{self.system}"
+        seed = f"-s{self.seed}" if self.seed is not None else ""
+        return Path(self.runs_dir) / f"{self.pair}{suffix}-{self.system}{seed}"
 
     @property
     def overrides(self) -> list[str]:
         derived = cpu_overrides(self.pair) if self.scale == "cpu" and not is_cpu_preset(self.config_path) else []
+        seed = [f"train.seed={self.seed}"] if self.seed is not None else []
         return [*derived, f"system={self.system}", f"train.device={self.device}", f"train.save_dir={self.save_dir}",
-                f"data.data_dir={self.data_dir}"]
+                f"data.data_dir={self.data_dir}", *seed, *self.extra]
 
 
 def resolve_scale(scale: str) -> str:
@@ -98,7 +107,30 @@ def finished(save_dir: Path, config: dict[str, Any]) -> bool:
     if not (last.is_file() and (save_dir / "checkpoint_best.pt").is_file()):
         return False
     payload = load_checkpoint(last)
-    return bool((payload.get("progress") or {}).get("stopped")) and payload["config"] == config
+    if not (payload.get("progress") or {}).get("stopped"):
+        return False
+    return same_config(payload["config"], config)
+
+
+# Config keys that change what a run prints, not what it trains: a finished run is finished whatever they say.
+COSMETIC = {"train": ("progress", "tensorboard", "log_every")}
+
+
+def same_config(saved: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a checkpoint's saved config is ``config``, apart from :data:`COSMETIC` keys and after filling the
+    keys a newer toolkit added with their defaults (so a campaign's finished runs stay finished across an upgrade
+    that adds a config key)."""
+    from nmt.config import config_from_dict, config_to_dict
+
+    def training(tree: dict[str, Any]) -> dict[str, Any]:
+        return {section: ({k: v for k, v in values.items() if k not in COSMETIC.get(section, ())}
+                          if isinstance(values, dict) else values) for section, values in tree.items()}
+
+    try:
+        filled = config_to_dict(config_from_dict(saved))
+    except NmtError:
+        return False
+    return training(filled) == training(config)
 
 
 def train_run(spec: RunSpec) -> None:
@@ -157,12 +189,46 @@ def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "pair": spec.pair, "system": spec.system, "scale": spec.scale, "checkpoint": str(best),
         "tokenized_bleu": scores["tokenized_bleu"], "sacrebleu": scores["bleu"],
-        "sacrebleu_signature": scores["bleu_signature"],
+        "sacrebleu_signature": scores["bleu_signature"], "tokenized_signature": scores["tokenized_bleu_signature"],
         "published": PUBLISHED.get((spec.pair, spec.system)), "test_sentences": len(sources),
         "decode_seconds": seconds,
     }
     atomic_write_text(scores_path, json.dumps(result, indent=2) + "\n")
     return result
+
+
+def test_references(pair: str, data_dir: str, from_dir_root: str | None = None) -> tuple[Path, list[str]] | None:
+    """The tokenized test references of ``pair``: the prepared ``data_dir/PAIR/raw/test.TGT``, else the local
+    source folder's ``FROM_DIR_ROOT/PAIR/test.TGT``; None when neither exists."""
+    from nmt.data.text import read_lines
+
+    target = pair.split("-")[1]
+    candidates = [Path(data_dir) / pair / "raw" / f"test.{target}"]
+    if from_dir_root:
+        candidates.append(Path(from_dir_root) / pair / f"test.{target}")
+    for path in candidates:
+        if path.is_file():
+            return path, read_lines(path)
+    return None
+
+
+def record_run(spec: RunSpec, results_dir: Path) -> Path:
+    """Write the record of a trained and tested run (:mod:`nmt.experiments.records`) under ``results_dir``."""
+    from nmt.checkpoint import load_checkpoint
+    from nmt.experiments.records import record_from_run, write_record
+
+    payload = load_checkpoint(spec.save_dir / "checkpoint_last.pt")
+    progress = dict(payload.get("progress") or {})
+    progress.pop("history", None)
+    test = json.loads((spec.save_dir / "test_scores.json").read_text(encoding="utf-8"))
+    found = test_references(spec.pair, spec.data_dir)
+    if found is None:
+        raise NmtError(f"{spec.name}: no test references in {spec.data_dir}/{spec.pair}/raw")
+    fields = {"name": spec.name, "pair": spec.pair, "system": spec.system, "seed": spec.seed, "scale": spec.scale,
+              "config": payload["config"]}
+    record = record_from_run(spec.save_dir, fields, progress, test, found[1])
+    hypotheses = (spec.save_dir / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]  # as test_run wrote them
+    return write_record(results_dir, record, hypotheses)
 
 
 def format_result(result: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""PNG plots of training runs: dev BLEU against step per pair, and the learned QKNorm g of every attention module.
+"""PNG plots of training runs: dev BLEU against step per pair (every seed, their mean and range), and the learned
+QKNorm g of every attention module.
 
 Figures are drawn on matplotlib's Agg canvas without pyplot (no global state, no display needed). matplotlib is the
 optional ``plot`` extra (``pip install nmt[plot]``).
@@ -7,7 +8,7 @@ optional ``plot`` extra (``pip install nmt[plot]``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,22 +46,44 @@ def save_figure(figure: Any, path: Path, dpi: int = 120) -> Path:
     return path
 
 
-def plot_dev_bleu(curves: dict[str, Sequence[Sequence[float]]], path: Path, title: str) -> Path:
-    """Dev BLEU against training step, one line per system.
+Band = tuple[list[int], list[float], list[float], list[float]]
+
+
+def seed_band(curves: Mapping[str, Sequence[Sequence[float]]]) -> Band:
+    """Steps every seed evaluated at, with the mean, min and max dev BLEU over the seeds there."""
+    by_seed = [{int(p[0]): float(p[1]) for p in points} for points in curves.values() if points]
+    if not by_seed:
+        return [], [], [], []
+    steps = sorted(set.intersection(*(set(c) for c in by_seed)))
+    values = [[c[step] for c in by_seed] for step in steps]
+    return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]
+
+
+def plot_dev_bleu(curves: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], path: Path, title: str) -> Path:
+    """Dev BLEU against training step: per system a thin line for every seed, the mean over the seeds and a band
+    from their minimum to their maximum.
 
     Args:
-        curves: system → ``[[step, bleu], ...]`` (systems without points are listed as "no evaluations").
+        curves: system → seed label → ``[[step, bleu], ...]`` (systems without points are listed as "no
+            evaluations").
         path: the PNG to write.
         title: figure title (e.g. the pair).
     """
     figure = new_figure(7.0, 4.5)
     axes = figure.add_subplot()
-    for system, points in curves.items():
-        if points:
-            steps, bleu = zip(*[(p[0], p[1]) for p in points])
-            axes.plot(steps, bleu, marker="o" if len(points) < 30 else None, markersize=3, label=system)
-        else:
-            axes.plot([], [], label=f"{system} (no evaluations)")
+    for index, (system, seeds) in enumerate(curves.items()):
+        color = f"C{index % 10}"
+        drawn = {seed: points for seed, points in seeds.items() if points}
+        if not drawn:
+            axes.plot([], [], color=color, label=f"{system} (no evaluations)")
+            continue
+        for points in drawn.values():
+            axes.plot([p[0] for p in points], [p[1] for p in points], color=color, linewidth=0.6, alpha=0.45)
+        steps, mean, low, high = seed_band(drawn)
+        if len(drawn) > 1 and steps:
+            axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+        axes.plot(steps, mean, color=color, linewidth=1.8, marker="o" if len(steps) < 30 else None, markersize=3,
+                  label=f"{system} (mean of {len(drawn)} seed{'s' if len(drawn) > 1 else ''})")
     axes.set_xlabel("training step")
     axes.set_ylabel("dev BLEU (tokenized)")
     axes.set_title(title)
