@@ -34,6 +34,7 @@ from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
 from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
 from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
+from nmt.scoring import PairScore, score_ids
 from nmt.search import Hypothesis, Seq2Seq, decode
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
@@ -127,20 +128,34 @@ class Translator:
         model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
         return cls(model, config, tokenizer, dev, precision)
 
-    def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1) -> list[list[int]]:
+    def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1,
+               side: str = "input") -> list[list[int]]:
         """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning
-        that names the input line (``lines[0]`` being line ``first_line``)."""
+        that names the ``side`` (``input`` or ``target``: Moses rules of the source or target language) and its line
+        (``lines[0]`` being line ``first_line``)."""
         lines = [normalize_line(line) for line in lines]
         if not pretokenized:
-            lines = moses_tokenize(lines, self.src_lang)
+            lines = moses_tokenize(lines, self.tgt_lang if side == "target" else self.src_lang)
         encoded = self.tokenizer.encode_batch(lines)
         for offset, ids in enumerate(encoded):
             if len(ids) > self.max_source_pieces:
-                print(f"warning: input line {first_line + offset} has {len(ids)} subwords; truncated to "
+                print(f"warning: {side} line {first_line + offset} has {len(ids)} subwords; truncated to "
                       f"{self.max_source_pieces} (model max_positions {self.config.model.max_positions})",
                       file=sys.stderr)
                 encoded[offset] = ids[: self.max_source_pieces]
         return encoded
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], pretokenized: bool = False,
+              max_tokens: int | None = None, batch_size: int | None = None, first_line: int = 1) -> list[PairScore]:
+        """Force-decode text pairs (:mod:`nmt.scoring`): the log-probability of each target given its source."""
+        if len(sources) != len(targets):
+            raise NmtError(f"{len(sources)} source lines but {len(targets)} target lines")
+        if batch_size is not None and batch_size < 1:
+            raise NmtError(f"--batch-size {batch_size} must be at least 1")
+        src = self.encode(sources, pretokenized, first_line)
+        tgt = self.encode(targets, pretokenized, first_line, side="target")
+        return score_ids(cast(torch.nn.Module, self.model), src, tgt, self.runtime,
+                         max_tokens or self.config.train.max_tokens, batch_size)
 
     def decode(self, ids: Sequence[Sequence[int]], pretokenized: bool = False) -> list[str]:
         """Text of each piece-id sequence, Moses-detokenized unless ``pretokenized``."""
