@@ -35,7 +35,7 @@ from nmt.errors import NmtError
 from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
 from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
 from nmt.scoring import PairScore, score_ids
-from nmt.search import Hypothesis, Seq2Seq, decode
+from nmt.search import Hypothesis, Sampling, Seq2Seq, decode
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
 
@@ -65,11 +65,13 @@ def decode_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int |
 
 
 def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settings: DecodeConfig, runtime: Runtime,
-                   max_len_cap: int | None, batch_size: int | None = None,
-                   progress: bool = False) -> list[list[Hypothesis]]:
+                   max_len_cap: int | None, batch_size: int | None = None, progress: bool = False,
+                   sampling: Sampling | None = None, first_index: int = 0) -> list[list[Hypothesis]]:
     """The one batched decoding loop of validation and ``nmt translate``: piece-id sources (without EOS) in
     length-sorted batches of ``settings.max_tokens`` padded source tokens and at most ``batch_size`` sentences,
-    each decoded by :func:`nmt.search.decode` under ``runtime``'s autocast; results in input order.
+    each decoded by :func:`nmt.search.decode` under ``runtime``'s autocast (with ``sampling``: sampled, each
+    sentence keyed by ``first_index`` + its position, so its samples do not depend on the batching); results in
+    input order.
 
     Empty sources are not decoded: they get ``settings.nbest`` empty hypotheses with score 0.
     """
@@ -79,8 +81,9 @@ def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settin
         for batch in decode_batches([len(sources[i]) + 1 for i in todo], settings.max_tokens, batch_size):
             indices = [todo[j] for j in batch]
             src = pad_sources([list(sources[i]) for i in indices]).to(runtime.device)
+            keys = torch.tensor(indices, dtype=torch.int64) + first_index
             with torch.no_grad(), runtime.autocast():
-                hyps = decode(model, src, settings, max_len_cap)
+                hyps = decode(model, src, settings, max_len_cap, sampling, keys)
             for i, nbest_list in zip(indices, hyps, strict=True):
                 results[i] = nbest_list
             bar.update(len(indices))
@@ -164,9 +167,11 @@ class Translator:
 
     def translate_ids(self, sources: Sequence[Sequence[int]], beam: int | None = None, lenpen: float | None = None,
                       nbest: int | None = None, max_tokens: int | None = None, progress: bool = False,
-                      batch_size: int | None = None) -> list[list[Hypothesis]]:
+                      batch_size: int | None = None, sampling: Sampling | None = None,
+                      first_index: int = 0) -> list[list[Hypothesis]]:
         """Decode piece-id sources (without EOS) in length-sorted token-budget batches of at most ``batch_size``
-        sentences (None: no limit); results in input order.
+        sentences (None: no limit); results in input order. With ``sampling``, ``nbest`` samples each instead of a
+        search (``first_index``: the input index of ``sources[0]``, which with the seed fixes the samples).
 
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """
@@ -174,17 +179,20 @@ class Translator:
         settings = dataclasses.replace(self.config.decode, **{k: v for k, v in overrides.items() if v is not None})
         if settings.beam < 1:
             raise NmtError(f"--beam {settings.beam} must be at least 1")
-        if not 1 <= settings.nbest <= settings.beam:
+        if sampling is None and not 1 <= settings.nbest <= settings.beam:
             raise NmtError(f"--nbest {settings.nbest} must be between 1 and --beam {settings.beam}")
+        if settings.nbest < 1:
+            raise NmtError(f"--nbest {settings.nbest} must be at least 1")
         if batch_size is not None and batch_size < 1:
             raise NmtError(f"--batch-size {batch_size} must be at least 1")
         cap = self.config.model.max_positions - 1  # the step that forces EOS reads position max_len
-        return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress)
+        return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress, sampling,
+                              first_index)
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
-                  progress: bool = False, first_line: int = 1, batch_size: int | None = None
-                  ) -> list[list[tuple[str, float]]]:
+                  progress: bool = False, first_line: int = 1, batch_size: int | None = None,
+                  sampling: Sampling | None = None) -> list[list[tuple[str, float]]]:
         """Translate raw text lines.
 
         Args:
@@ -193,22 +201,25 @@ class Translator:
             batch_size: at most this many sentences per batch (None: only ``max_tokens`` limits a batch).
             pretokenized: the input is Moses-tokenized already; no Moses tokenization nor detokenization.
             progress: show a tqdm bar on stderr.
-            first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone).
+            first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone)
+                and, with ``sampling``, the key of its samples.
+            sampling: draw ``nbest`` samples per line (:mod:`nmt.search.sampling`) instead of searching.
 
         Returns:
             For each line, its n-best list of ``(text, score)``, best first; score is the length-penalised
             log-probability (0 for an empty line, whose translations are ``""``).
         """
         sources = self.encode(lines, pretokenized, first_line)
-        hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress, batch_size)
+        hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress, batch_size, sampling,
+                                  first_line - 1)
         flat = [h for nbest_list in hyps for h in nbest_list]
         texts = iter(self.decode([h.tokens for h in flat], pretokenized))
         return [[(next(texts), h.score) for h in nbest_list] for nbest_list in hyps]
 
     def translate_stream(self, lines: Iterable[str], buffer_size: int, beam: int | None = None,
                          lenpen: float | None = None, nbest: int | None = None, max_tokens: int | None = None,
-                         pretokenized: bool = False, progress: bool = False, batch_size: int | None = None
-                         ) -> Iterator[list[tuple[str, float]]]:
+                         pretokenized: bool = False, progress: bool = False, batch_size: int | None = None,
+                         sampling: Sampling | None = None) -> Iterator[list[tuple[str, float]]]:
         """Translate an iterable of lines of any length in bounded memory: read ``buffer_size`` lines, translate
         them (see :meth:`translate`), yield their n-best lists in input order, then read the next buffer.
 
@@ -223,7 +234,7 @@ class Translator:
         with tqdm(unit="sent", disable=not progress, file=sys.stderr) as bar:
             while buffer:
                 yield from self.translate(buffer, beam, lenpen, nbest, max_tokens, pretokenized,
-                                          first_line=first_line, batch_size=batch_size)
+                                          first_line=first_line, batch_size=batch_size, sampling=sampling)
                 first_line += len(buffer)
                 bar.update(len(buffer))
                 buffer = list(itertools.islice(source, buffer_size))

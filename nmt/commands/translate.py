@@ -7,7 +7,8 @@ multi-GB input translates in bounded memory and a pipe sees output as it goes. A
 temporary file renamed at the end, so a crash never leaves a partial file. From an interactive terminal each line
 is translated as soon as it is entered. Decoding settings default to the checkpoint's `decode` section. With
 --nbest K > 1, each input gives K lines `INDEX<TAB>SCORE<TAB>TEXT` (INDEX = 0-based input line, SCORE =
-length-penalised log-probability), best first.
+length-penalised log-probability), best first. --sampling draws each token instead of searching (top-k, top-p,
+temperature, seed as in fairseq; --nbest K gives K samples per input; reproducible for a seed whatever the batching).
 With --input, or interactively, stderr first says the decoding precision and why (e.g. ``precision fp32 (set by
 decode.precision)``); --quiet silences it.
 """
@@ -27,6 +28,7 @@ from typing import BinaryIO, TextIO
 from nmt.atomic import atomic_open
 from nmt.commands import add_quiet
 from nmt.errors import NmtError
+from nmt.search import Sampling
 from nmt.stdio import input_lines, is_std
 from nmt.translate import Translator
 
@@ -49,6 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, help="at most this many sentences per batch (default: no limit)")
     parser.add_argument("--buffer-size", type=int, default=BUFFER_SIZE,
                         help="input lines read and translated at a time; bounds memory (default: %(default)s)")
+    parser.add_argument("--sampling", action="store_true",
+                        help="draw each token from the model's distribution instead of searching (fairseq's flag); "
+                             "--nbest K gives K samples per input")
+    parser.add_argument("--sampling-topk", type=int, default=0,
+                        help="with --sampling: draw among the K most probable tokens (default: 0, all)")
+    parser.add_argument("--sampling-topp", type=float, default=1.0,
+                        help="with --sampling: draw among the smallest set of tokens with probability P (nucleus)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="with --sampling: divide the log-probabilities by T (<1 sharper, >1 flatter)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="with --sampling: the samples' seed; the same seed gives the same samples whatever "
+                             "the batching")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16", "int8"], default=None,
                         help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
@@ -90,7 +104,23 @@ def _write(results: Iterator[list[tuple[str, float]]], sink: BinaryIO | TextIO, 
     return count
 
 
+def sampling_of(args: argparse.Namespace) -> Sampling | None:
+    """The --sampling settings, or None; a sampling option without --sampling is an error."""
+    if not args.sampling:
+        given = [flag for flag, value, default in (("--sampling-topk", args.sampling_topk, 0),
+                                                   ("--sampling-topp", args.sampling_topp, 1.0),
+                                                   ("--temperature", args.temperature, 1.0)) if value != default]
+        if given:
+            raise NmtError(f"{', '.join(given)} needs --sampling")
+        return None
+    try:
+        return Sampling(args.sampling_topk, args.sampling_topp, args.temperature, args.seed)
+    except ValueError as exc:
+        raise NmtError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    sampling = sampling_of(args)
     output = None if is_std(args.output) else Path(args.output)
     if output is not None:
         _check_writable(output)
@@ -111,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     with_scores = (args.nbest or translator.config.decode.nbest) > 1
     results = translator.translate_stream(lines, buffer_size, args.beam, args.lenpen, args.nbest, args.max_tokens,
                                           args.pretokenized, progress=not is_std(args.input) and not args.quiet,
-                                          batch_size=args.batch_size)
+                                          batch_size=args.batch_size, sampling=sampling)
     if output is None:
         _write(results, getattr(sys.stdout, "buffer", sys.stdout), with_scores, buffer_size)
         return 0

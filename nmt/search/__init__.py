@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig
@@ -44,9 +45,10 @@ from nmt.search.common import (
     length_penalty,
     max_lengths,
 )
+from nmt.search.sampling import Sampler, Sampling
 
-__all__ = ["SEARCHES", "Hypothesis", "SearchState", "Seq2Seq", "beam_search", "decode", "greedy_search",
-           "length_penalty", "max_lengths"]
+__all__ = ["SEARCHES", "Hypothesis", "Sampling", "SearchState", "Seq2Seq", "beam_search", "decode",
+           "greedy_search", "length_penalty", "max_lengths", "sample"]
 
 _DEFAULTS = DecodeConfig()  # the defaults live in DecodeConfig's fields only
 
@@ -108,11 +110,34 @@ def greedy_search(
     return greedy_loop(model, src, lenpen, max_lengths(src, max_len_a, max_len_b, max_len_cap), _rules(search)[1])
 
 
-def decode(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig,
-           max_len_cap: int | None = None) -> list[list[Hypothesis]]:
-    """Decode one batch as ``settings`` say: :func:`greedy_search` at ``beam == 1`` (the same 1-best, faster), else
-    :func:`beam_search` returning ``settings.nbest`` hypotheses per sentence. The one place validation and
-    ``nmt translate`` choose how to search."""
+def sample(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, sampling: Sampling,
+           keys: Tensor | None = None, max_len_cap: int | None = None) -> list[list[Hypothesis]]:
+    """``settings.nbest`` samples per sentence (:mod:`nmt.search.sampling`) under ``settings.search``'s rules and
+    length limit, best score first.
+
+    Args:
+        keys: (B,) each sentence's index in the whole input (default: its row), which with the seed fixes its
+            samples whatever the batch it is decoded in.
+    """
+    count, batch = settings.nbest, src.size(0)
+    keys = torch.arange(batch) if keys is None else keys
+    rows = src.repeat_interleave(count, dim=0)
+    sample_keys = (keys.to(torch.int64).repeat_interleave(count) * count + torch.arange(count).repeat(batch))
+    limits = max_lengths(rows, settings.max_len_a, settings.max_len_b, max_len_cap)
+    rule = _rules(settings.search)[1]
+    drawn = greedy_loop(model, rows, settings.lenpen, limits, rule, Sampler(sampling, sample_keys))
+    return [sorted((d[0] for d in drawn[i * count:(i + 1) * count]), key=lambda h: h.score, reverse=True)
+            for i in range(batch)]
+
+
+def decode(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, max_len_cap: int | None = None,
+           sampling: Sampling | None = None, keys: Tensor | None = None) -> list[list[Hypothesis]]:
+    """Decode one batch as ``settings`` say: with ``sampling``, :func:`sample` (``keys`` as there); else
+    :func:`greedy_search` at ``beam == 1`` (the same 1-best, faster), else :func:`beam_search` returning
+    ``settings.nbest`` hypotheses per sentence. The one place validation and ``nmt translate`` choose how to
+    search."""
+    if sampling is not None:
+        return sample(model, src, settings, sampling, keys, max_len_cap)
     if settings.beam == 1:
         return greedy_search(model, src, settings.lenpen, settings.max_len_a, settings.max_len_b, max_len_cap,
                              settings.search)

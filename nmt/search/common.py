@@ -93,16 +93,30 @@ def nbest_lists(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypot
     return result
 
 
-# A greedy rule: (log_probs (N, V), tokens generated so far, limits (N,)) -> (scores, tokens, done) of the step,
-# each (N,); a done row's last token is EOS, or it was cut off at its limit (then it has no EOS).
-GreedyRule = Callable[[Tensor, int, Tensor], tuple[Tensor, Tensor, Tensor]]
+# A chooser picks each row's next token from its masked log-probabilities: (scores (N, V), the rows' original batch
+# indices (N,), tokens generated so far) -> (the chosen tokens' scores, the tokens), each (N,). Greedy decoding takes
+# the arg-max (:func:`argmax`); sampling draws (:mod:`nmt.search.sampling`).
+Chooser = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
+
+
+def argmax(scores: Tensor, rows: Tensor, length: int) -> tuple[Tensor, Tensor]:
+    """The greedy chooser: each row's best token."""
+    best_scores, best = scores.max(dim=1)
+    return best_scores, best
+
+
+# A greedy rule: (log_probs (N, V), tokens generated so far, limits (N,), the rows' original indices (N,), chooser)
+# -> (scores, tokens, done) of the step, each (N,); a done row's last token is EOS, or it was cut off at its limit
+# (then it has no EOS).
+GreedyRule = Callable[[Tensor, int, Tensor, Tensor, Chooser], tuple[Tensor, Tensor, Tensor]]
 
 
 @torch.no_grad()
 def greedy_loop(model: Seq2Seq[StateT], src: Tensor, lenpen: float, limits: Tensor,
-                rule: GreedyRule) -> list[list[Hypothesis]]:
-    """Arg-max decoding of a batch, a sentence leaving the batch as soon as ``rule`` says it is done; shared by the
-    rule sets, which differ only in their ``rule`` (what may be chosen at each step and when a sentence ends)."""
+                rule: GreedyRule, choose: Chooser = argmax) -> list[list[Hypothesis]]:
+    """One hypothesis per row, token by token (``choose``: the arg-max, or a sample), a sentence leaving the batch
+    as soon as ``rule`` says it is done; shared by the rule sets, which differ only in their ``rule`` (what may be
+    chosen at each step and when a sentence ends)."""
     batch, device = src.size(0), src.device
     state = model.start(src)
     active = torch.arange(batch, device=device)
@@ -113,7 +127,7 @@ def greedy_loop(model: Seq2Seq[StateT], src: Tensor, lenpen: float, limits: Tens
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     while True:
         log_probs, state = model.step(prev, state)
-        best_scores, best, done = rule(log_probs, tokens.size(1), limits)
+        best_scores, best, done = rule(log_probs, tokens.size(1), limits, active, choose)
         tokens = torch.cat([tokens, best[:, None]], dim=1)
         positional = torch.cat([positional, best_scores[:, None]], dim=1)
         totals = totals + best_scores

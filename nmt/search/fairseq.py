@@ -9,9 +9,11 @@ import torch
 from torch import Tensor
 
 from nmt.search.common import (
+    Chooser,
     Hypothesis,
     Seq2Seq,
     StateT,
+    argmax,
     length_penalty,
     mask_step,
     mask_step_,
@@ -164,11 +166,12 @@ def fairseq_beam_search(
     return nbest_lists(finished, nbest)
 
 
-def greedy_rule(log_probs: Tensor, length: int, limits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def greedy_rule(log_probs: Tensor, length: int, limits: Tensor, rows: Tensor,
+                choose: Chooser = argmax) -> tuple[Tensor, Tensor, Tensor]:
     """Greedy decoding under fairseq's rules (:func:`nmt.search.common.greedy_loop`), the same output as
     :func:`fairseq_beam_search` with beam 1: EOS allowed from step 0 and forced once ``limit`` tokens precede it;
     every sentence ends with EOS."""
     at_max = limits == length
-    best_scores, best = mask_step(log_probs, at_max).max(dim=1)
+    best_scores, best = choose(mask_step(log_probs, at_max), rows, length)
     best = best.masked_fill(at_max, EOS)  # even if the model gives EOS probability 0
     return best_scores, best, best == EOS

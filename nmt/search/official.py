@@ -13,7 +13,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.search.common import Hypothesis, Seq2Seq, StateT, length_penalty, max_lengths, nbest_lists
+from nmt.search.common import (
+    Chooser,
+    Hypothesis,
+    Seq2Seq,
+    StateT,
+    argmax,
+    length_penalty,
+    max_lengths,
+    nbest_lists,
+)
 from nmt.search.topk import topk
 from nmt.vocab import BOS, EOS, PAD
 
@@ -182,9 +191,10 @@ def official_beam_search(
     return nbest_lists(finished, nbest)
 
 
-def greedy_rule(log_probs: Tensor, length: int, limits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def greedy_rule(log_probs: Tensor, length: int, limits: Tensor, rows: Tensor,
+                choose: Chooser = argmax) -> tuple[Tensor, Tensor, Tensor]:
     """Greedy decoding under the official rules (:func:`nmt.search.common.greedy_loop`), the same output as
     :func:`official_beam_search` with beam 1: no EOS at step 0; a sentence ends with EOS or is cut off (without
     EOS) after ``limit`` tokens."""
-    best_scores, best = _mask(log_probs, first=length == 0).max(dim=1)
+    best_scores, best = choose(_mask(log_probs, first=length == 0), rows, length)
     return best_scores, best, (best == EOS) | (limits <= length + 1)
