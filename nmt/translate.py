@@ -31,6 +31,7 @@ from nmt.data.batching import pad_sources
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
+from nmt.ensemble import Ensemble, check_same_pieces
 from nmt.errors import NmtError
 from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
 from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
@@ -109,15 +110,18 @@ class Translator:
         self.tokenizer = tokenizer
         self.device = device
         # the runtime's autocast() is the decoding arithmetic
+        probed = model.members[0] if isinstance(model, Ensemble) else model  # members are alike enough to probe one
         chosen = choose_decode_precision(precision or config.decode.precision, device,
                                          "decode precision" if precision else "decode.precision",
-                                         cast(torch.nn.Module, model), tokenizer.vocab_size)
+                                         cast(torch.nn.Module, probed), tokenizer.vocab_size)
         if chosen.name == INT8:  # an int8 copy of the Linear layers (nmt/quantize.py); autocast stays off
-            self.model = cast(Seq2Seq[Any], quantize_for_decoding(cast(torch.nn.Module, model)))
+            self.model = cast(Seq2Seq[Any], model.map(quantize_for_decoding) if isinstance(model, Ensemble)
+                              else quantize_for_decoding(cast(torch.nn.Module, model)))
         self.runtime = Runtime(device, chosen.name, precision_reason=chosen.reason)
         bound_onednn_cache(device, self.runtime.precision)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
-        self.max_source_pieces = config.model.max_positions - POSITION_MARGIN
+        self.positions = int(getattr(model, "max_positions", config.model.max_positions))
+        self.max_source_pieces = self.positions - POSITION_MARGIN
 
     @property
     def precision(self) -> str:
@@ -131,6 +135,20 @@ class Translator:
         model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
         return cls(model, config, tokenizer, dev, precision)
 
+    @classmethod
+    def from_checkpoints(cls, paths: Sequence[str | Path], device: str = "auto",
+                         precision: str | None = None) -> Translator:
+        """One checkpoint, or an ensemble of several (:mod:`nmt.ensemble`) that must share their SentencePiece model;
+        decoding defaults come from the first."""
+        if len(paths) == 1:
+            return cls.from_checkpoint(paths[0], device, precision)
+        dev = resolve_device(device)
+        restored = [restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path) for path in paths]
+        check_same_pieces([tokenizer.model_bytes() for _, _, tokenizer in restored], [str(p) for p in paths])
+        _, config, tokenizer = restored[0]
+        return cls(cast(Seq2Seq[Any], Ensemble([model for model, _, _ in restored])), config, tokenizer, dev,
+                   precision)
+
     def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1,
                side: str = "input") -> list[list[int]]:
         """Piece ids of each line (``[]`` for an empty line), truncated to the model's positions with a warning
@@ -143,7 +161,7 @@ class Translator:
         for offset, ids in enumerate(encoded):
             if len(ids) > self.max_source_pieces:
                 print(f"warning: {side} line {first_line + offset} has {len(ids)} subwords; truncated to "
-                      f"{self.max_source_pieces} (model max_positions {self.config.model.max_positions})",
+                      f"{self.max_source_pieces} (model max_positions {self.positions})",
                       file=sys.stderr)
                 encoded[offset] = ids[: self.max_source_pieces]
         return encoded
@@ -185,7 +203,7 @@ class Translator:
             raise NmtError(f"--nbest {settings.nbest} must be at least 1")
         if batch_size is not None and batch_size < 1:
             raise NmtError(f"--batch-size {batch_size} must be at least 1")
-        cap = self.config.model.max_positions - 1  # the step that forces EOS reads position max_len
+        cap = self.positions - 1  # the step that forces EOS reads position max_len
         return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress, sampling,
                               first_index)
 

@@ -93,7 +93,9 @@ def test_int8_translation_matches_fp32_on_a_trained_model(trained: Translator) -
     same = sum(f[0].tokens == q[0].tokens for f, q in zip(full, quant, strict=True))
     assert same >= len(src) - 2
     assert any(f[0].logprob != q[0].logprob for f, q in zip(full, quant, strict=True))
-    assert all(abs(f[0].logprob - q[0].logprob) < 0.3 for f, q in zip(full, quant, strict=True)
+    # 0.5 nats: on AVX2-only CPUs (no VNNI) fbgemm's int8 products are coarser; one of these 23 sentences moved by
+    # 0.36 on an AMD EPYC of that class (the rest by < 0.05)
+    assert all(abs(f[0].logprob - q[0].logprob) < 0.5 for f, q in zip(full, quant, strict=True)
                if f[0].tokens == q[0].tokens)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nmt.atomic import atomic_open
-from nmt.commands import add_quiet
+from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
 from nmt.commands.translate import _check_writable
 from nmt.errors import NmtError
 from nmt.scoring import PairScore
@@ -31,8 +31,7 @@ BUFFER_SIZE = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", "--path", dest="checkpoint", required=True,
-                        help="checkpoint written by `nmt train` or `nmt average` (--path: fairseq's name)")
+    add_checkpoints(parser)
     parser.add_argument("--src", required=True, help="source sentences, one per line; - is stdin")
     parser.add_argument("--tgt", required=True, help="their translations to score, one per line; - is stdin")
     parser.add_argument("--output", default="-", help="where to write the scores; - is stdout (default)")
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     output = None if is_std(args.output) else Path(args.output)
     if output is not None:
         _check_writable(output)
-    translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
+    translator = Translator.from_checkpoints(checkpoint_paths(args), args.device, args.precision)
     if output is None:
         _write(translator, args, sys.stdout)
         return 0

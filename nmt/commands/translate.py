@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from nmt.atomic import atomic_open
-from nmt.commands import add_quiet
+from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
 from nmt.errors import NmtError
 from nmt.search import Sampling
 from nmt.stdio import input_lines, is_std
@@ -36,8 +36,7 @@ BUFFER_SIZE = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", "--path", dest="checkpoint", required=True,
-                        help="checkpoint written by `nmt train` or `nmt average` (--path: fairseq's name)")
+    add_checkpoints(parser)
     parser.add_argument("--input", default="-", help="UTF-8 text, one sentence per line; - is stdin (default)")
     parser.add_argument("--output", default="-", help="where to write translations; - is stdout (default)")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam)")
@@ -131,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     lines = input_lines(args.input)
     # the first buffer is read before the model loads: a missing or undecodable input fails at once
     first = [] if interactive else list(itertools.islice(lines, buffer_size))
-    translator = Translator.from_checkpoint(args.checkpoint, args.device, args.precision)
+    translator = Translator.from_checkpoints(checkpoint_paths(args), args.device, args.precision)
     if args.search:
         config = translator.config
         translator.config = dataclasses.replace(config, decode=dataclasses.replace(config.decode, search=args.search))
