@@ -127,6 +127,8 @@ class TrainConfig:
     progress: bool = True
     tensorboard: bool = True
     compile: bool = False  # torch.compile the model (one graph); slower than eager on CPUs (docs/performance.md)
+    init_from: str | None = None  # warm start: a new run's weights from this checkpoint (nmt/warm_start.py)
+    init_reset: str = ""  # with init_from, comma-separated: gains, logit_mask (from this run instead of the parent)
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,10 @@ def validate(config: Config) -> None:
             raise NmtError(f"config key '{key}': {value} must be in [0, 1)")
     if m.qknorm_length is not None:
         resolve_qknorm_length(m.qknorm_length, None)
+    if t.init_reset:
+        from nmt.warm_start import reset_names
+
+        reset_names(t.init_reset)
     if d.nbest > d.beam:
         raise NmtError(f"config key 'decode.nbest': {d.nbest} exceeds decode.beam {d.beam}")
     if "-" not in config.data.pair or len(config.data.pair.split("-")) != 2:

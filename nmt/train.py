@@ -154,6 +154,19 @@ class Trainer:
         else:
             rng.seed_all(self.cfg.train.seed + 1000 * self.rt.rank + self.progress.step)
 
+    def warm_start(self, path: Path) -> str:
+        """Load a parent's weights into this new run (:mod:`nmt.warm_start`); returns the log line saying so."""
+        from nmt.warm_start import initial_state, reset_names
+
+        if not path.is_file():
+            raise NmtError(f"--init-from {path}: file not found" if not path.exists() else
+                           f"--init-from {path} is not a file")
+        spm_where = Path(self.cfg.data.data_dir) / self.cfg.data.pair / "spm.model"
+        state, note = initial_state(load_checkpoint(path, map_location="cpu"), path, self.model.state_dict(),
+                                    self.data.spm_bytes, spm_where, reset_names(self.cfg.train.init_reset))
+        self.model.load_state_dict(state)
+        return note
+
     def check_vocabulary(self, ckpt: dict[str, Any], path: Path) -> None:
         """A run resumes only on the SentencePiece model it was trained with (the data may have been re-prepared)."""
         spm_path = Path(self.cfg.data.data_dir) / self.cfg.data.pair / "spm.model"
@@ -322,11 +335,14 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------------ run
     def run(self, resume: bool) -> dict[str, Any]:
         last = self.save_dir / "checkpoint_last.pt"
+        warm = ""
         if resume and last.exists():
             self.restore(last)
         elif last.exists():
             raise NmtError(f"{self.save_dir} already holds a run (checkpoint_last.pt); pass --resume to continue it "
                            "or set another train.save_dir")
+        elif self.cfg.train.init_from:
+            warm = self.warm_start(Path(self.cfg.train.init_from))
         if self.rt.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             remove_temporaries(self.save_dir)  # left by a run killed in the middle of a checkpoint write
@@ -335,6 +351,8 @@ class Trainer:
         p.stopped = ""
         log = RunLog(self.save_dir, self.rt.is_main, t.max_steps, p.step, t.progress, t.tensorboard)
         log.line(self.describe(resumed=resume and p.step > 0))
+        if warm:
+            log.line(warm)
         log.line(MACHINE_LINE + describe_machine(machine_info()))  # what the run's speed figures were measured on
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         started, start_seconds = time.time(), p.train_seconds

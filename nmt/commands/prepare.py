@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-partial", action="store_true", default=None,
                         help="TED: strip NULL markers and keep the rest of the pair (more data, not the papers' "
                         "split; default: the config's data.keep_partial, false)")
+    parser.add_argument("--spm-model", metavar="FILE",
+                        help="cut the text into this SentencePiece model's pieces instead of training one: an "
+                             "spm.model, or a checkpoint (e.g. the parent model of a fine-tuning run)")
     parser.add_argument("--force", action="store_true", help="redo everything even if the prepared data is current")
     parser.add_argument("--moses", action="store_true",
                         help="Moses-tokenize the text first (off: the papers' corpora are tokenized already)")
@@ -49,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
 
     meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, from_archive=args.from_archive,
                    bpe_size=args.bpe_size, max_len=args.max_len, keep_partial=args.keep_partial, force=args.force,
-                   moses=args.moses, progress=args.progress and not args.quiet)
+                   moses=args.moses, progress=args.progress and not args.quiet, spm_model=args.spm_model)
     print(json.dumps(meta, ensure_ascii=False) if args.json else format_summary(meta, Path(args.data_dir) / args.pair))
     return 0

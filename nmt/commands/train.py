@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from nmt.commands import add_json, add_quiet
+from nmt.errors import NmtError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable), e.g. --set train.max_steps=1000")
     parser.add_argument("--resume", action="store_true", help="continue from train.save_dir/checkpoint_last.pt")
+    parser.add_argument("--init-from", metavar="CKPT",
+                        help="warm start (train.init_from): a new run with CKPT's weights; optimizer, schedule, step, "
+                             "epoch and best score start fresh (fairseq's --restore-file with every --reset-*)")
     add_quiet(parser)
     add_json(parser, "the final summary (steps, epoch, best dev BLEU and its step, stop reason, seconds)")
 
@@ -29,8 +34,14 @@ def run(args: argparse.Namespace) -> int:
     from nmt.config import load_config
     from nmt.train import train
 
-    overrides = [*args.overrides, "train.progress=false"] if args.quiet else args.overrides
-    result = train(load_config(args.config, overrides), resume=args.resume)
+    overrides = [*args.overrides, "train.progress=false"] if args.quiet else list(args.overrides)
+    if args.init_from:
+        overrides.append(f"train.init_from={args.init_from}")
+    config = load_config(args.config, overrides)
+    if args.init_from and args.resume and (Path(config.train.save_dir) / "checkpoint_last.pt").exists():
+        raise NmtError(f"--init-from starts a new run but {config.train.save_dir} already holds one; drop --resume "
+                       "and set another train.save_dir, or drop --init-from to continue that run")
+    result = train(config, resume=args.resume)
     if args.json:
         print(json.dumps(result), flush=True)
     return 128 + int(result["signal"]) if result["signal"] else 0

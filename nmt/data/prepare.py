@@ -8,8 +8,10 @@ with the same inputs and options finds ``meta.json`` matching and does nothing (
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nmt.atomic import atomic_write_text
+from nmt.atomic import atomic_open, atomic_write_text
 from nmt.config import DataConfig
 from nmt.data import binarized, corpora, download, settings
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
@@ -136,11 +138,39 @@ def _load(pair: str, data_dir: Path, source: str, inputs: Inputs, data: DataConf
     return corpus
 
 
-def _write(pair_dir: Path, corpus: corpora.Corpus, src: str, tgt: str, data: DataConfig, progress: bool
-           ) -> dict[str, Any]:
-    """SentencePiece, raw text and binarized splits; the meta fields they determine."""
-    _log(f"training SentencePiece BPE (vocab {data.bpe_size}) on {len(corpus['train'])} pairs", progress)
-    vocab_size = train_sentencepiece(corpus["train"].src + corpus["train"].tgt, pair_dir, data.bpe_size)
+def read_spm_model(path: str | Path) -> bytes:
+    """The SentencePiece model of ``path``: an ``spm.model`` file, or a checkpoint (which carries its own)."""
+    from nmt.checkpoint import load_checkpoint, tensor_to_bytes
+
+    source = Path(path)
+    if not source.is_file():
+        raise NmtError(f"--spm-model {source}: file not found" if not source.exists() else
+                       f"--spm-model {source} is not a file")
+    if zipfile.is_zipfile(source):  # a torch checkpoint
+        payload = load_checkpoint(source)
+        if "spm" not in payload:
+            raise NmtError(f"--spm-model {source}: a checkpoint without a SentencePiece model")
+        data = tensor_to_bytes(payload["spm"])
+    else:
+        data = source.read_bytes()
+    SentencePieceTokenizer(data)  # a one-line error if it is not a SentencePiece model
+    return data
+
+
+def _write(pair_dir: Path, corpus: corpora.Corpus, src: str, tgt: str, data: DataConfig, progress: bool,
+           spm_model: bytes | None = None) -> dict[str, Any]:
+    """SentencePiece (trained, or ``spm_model`` as given), raw text and binarized splits; the meta fields they
+    determine."""
+    pair_dir.mkdir(parents=True, exist_ok=True)
+    if spm_model is None:
+        _log(f"training SentencePiece BPE (vocab {data.bpe_size}) on {len(corpus['train'])} pairs", progress)
+        vocab_size = train_sentencepiece(corpus["train"].src + corpus["train"].tgt, pair_dir, data.bpe_size)
+    else:
+        _log("using the given SentencePiece model (no training)", progress)
+        with atomic_open(pair_dir / "spm.model") as handle:
+            handle.write(spm_model)
+        (pair_dir / "spm.vocab").unlink(missing_ok=True)  # a trained model's vocabulary listing, not this one's
+        vocab_size = SentencePieceTokenizer(spm_model).vocab_size
     tokenizer = SentencePieceTokenizer(pair_dir / "spm.model")
     splits: dict[str, dict[str, Any]] = {}
     length_p975 = 0.0
@@ -162,7 +192,7 @@ def _write(pair_dir: Path, corpus: corpora.Corpus, src: str, tgt: str, data: Dat
 def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str | Sequence[str] | None = None,
             from_dir: str | Path | None = None, from_archive: str | Path | None = None, bpe_size: int | None = None,
             max_len: int | None = None, keep_partial: bool | None = None, force: bool = False, moses: bool = False,
-            progress: bool = True) -> dict[str, Any]:
+            progress: bool = True, spm_model: str | Path | None = None) -> dict[str, Any]:
     """Prepare ``DATA_DIR/PAIR/`` and return its meta (the content of ``meta.json``).
 
     Args:
@@ -178,6 +208,8 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
         force: redo everything even if ``meta.json`` matches.
         moses: Moses-tokenize the text first (for raw, untokenized corpora).
         progress: progress bars and step messages on stderr.
+        spm_model: cut the text into this SentencePiece model's pieces (an ``spm.model`` or a checkpoint's, e.g. a
+            parent model's for fine-tuning) instead of training one; ``bpe_size`` is then that model's size.
 
     Raises:
         NmtError: bad pair or option, download/extraction failure, malformed or empty corpus.
@@ -192,7 +224,15 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
     inputs = Inputs(urls, from_dir, from_archive)
     pair_dir = Path(data_dir) / pair
     source = "dir" if from_dir is not None else corpora.source_for(src, tgt)
+    pieces = read_spm_model(spm_model) if spm_model is not None else None
+    if pieces is not None:
+        size = SentencePieceTokenizer(pieces).vocab_size
+        if bpe_size is not None and bpe_size != size:
+            raise NmtError(f"--bpe-size {bpe_size} but --spm-model {spm_model} has {size} pieces")
+        data = replace(data, bpe_size=size)
     options = _options(src, tgt, source, inputs, data, moses)
+    if pieces is not None:
+        options["spm_model"] = hashlib.sha256(pieces).hexdigest()
     if not force and (existing := _up_to_date(pair_dir, options)) is not None:
         _log(f"{pair_dir} is up to date (use --force to redo it)", progress)
         return existing
@@ -202,7 +242,7 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
         _log("Moses-tokenizing", progress)
         corpus = {split: ParallelText(moses_tokenize(t.src, src), moses_tokenize(t.tgt, tgt), t.dropped)
                   for split, t in corpus.items()}
-    written = _write(pair_dir, corpus, src, tgt, data, progress)
+    written = _write(pair_dir, corpus, src, tgt, data, progress, pieces)
     meta: dict[str, Any] = {
         "pair": pair, "src": src, "tgt": tgt, "source": source, "bpe_size": data.bpe_size,
         "max_len": data.max_len, "filter": settings.filter_name(data.keep_partial) if source == "ted" else None,

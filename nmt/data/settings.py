@@ -61,7 +61,8 @@ def check_prepared(meta: dict[str, Any], data: DataConfig, where: Path) -> None:
     if meta.get("pair") != data.pair:
         raise NmtError(f"{where}/meta.json: prepared pair {meta.get('pair')!r} differs from the config's "
                        f"data.pair {data.pair!r}")
-    if meta.get("bpe_size") != data.bpe_size:
+    given = "spm_model" in (meta.get("options") or {})  # pieces of a given model (e.g. a parent's): its own size
+    if meta.get("bpe_size") != data.bpe_size and not given:
         raise NmtError(f"{where}/meta.json: prepared with bpe_size {meta.get('bpe_size')} but the config's "
                        f"data.bpe_size is {data.bpe_size}; {fix}")
     rule = _prepared_filter(meta)
