@@ -46,6 +46,7 @@ InitName = Literal["smallinit", "xavier"]
 ScheduleName = Annotated[str, Registry("nmt.optim", "SCHEDULES")]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 SearchName = Literal["official", "fairseq"]
+LengthNormName = Literal["gnmt", "fairseq"]  # nmt.search.common.LENGTH_NORMS
 DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/quantize.py, CPU only
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 SystemName = Literal[
@@ -143,6 +144,7 @@ class DecodeConfig:
     nbest: int = 1
     precision: DecodePrecisionName = "fp32"
     search: SearchName = "official"  # beam-search rules: the papers' decoder, or fairseq's (see nmt/search)
+    length_norm: LengthNormName = "gnmt"  # score / ((5+|y|)/6)^lenpen, or fairseq's score / |y|^lenpen
 
 
 @dataclass(frozen=True)
@@ -378,6 +380,9 @@ def validate(config: Config) -> None:
         from nmt.warm_start import reset_names
 
         reset_names(t.init_reset)
+    if d.length_norm != "gnmt" and d.search != "fairseq":
+        raise NmtError(f"config key 'decode.length_norm': {d.length_norm} needs decode.search fairseq (the official "
+                       "decoder uses the GNMT penalty)")
     if d.nbest > d.beam:
         raise NmtError(f"config key 'decode.nbest': {d.nbest} exceeds decode.beam {d.beam}")
     if "-" not in config.data.pair or len(config.data.pair.split("-")) != 2:

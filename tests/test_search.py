@@ -170,14 +170,16 @@ def test_official_length_limit_cuts_without_eos() -> None:
     assert len(hyps[0].positional_scores) == 3  # no EOS
 
 
-def test_official_forbids_eos_at_step_0() -> None:
+def test_both_rule_sets_forbid_eos_at_step_0() -> None:
+    """The official decoder forbids it, and so does fairseq with its default --min-len 1."""
     table = {(): {EOS: 0.9, A: 0.1}, (A,): {EOS: 1.0}}
     src = torch.tensor([[A, B]])
-    for hyps in (beam_search(ScriptedDecoder(table), src, beam=2, lenpen=0.6, nbest=1),
-                 greedy_search(ScriptedDecoder(table), src, lenpen=0.6)):
-        assert hyps[0][0].tokens == [A] and hyps[0][0].logprob == pytest.approx(math.log(0.1), abs=1e-5)
+    for search in ("official", "fairseq"):
+        for hyps in (beam_search(ScriptedDecoder(table), src, beam=2, lenpen=0.6, nbest=1, search=search),
+                     greedy_search(ScriptedDecoder(table), src, lenpen=0.6, search=search)):
+            assert hyps[0][0].tokens == [A] and hyps[0][0].logprob == pytest.approx(math.log(0.1), abs=1e-5)
     (fairseq,) = beam_search(ScriptedDecoder(table), src, beam=2, lenpen=0.6, nbest=2, search="fairseq")
-    assert [h.tokens for h in fairseq] == [[], [A]]
+    assert [h.tokens for h in fairseq] == [[A]]  # the empty hypothesis is not among them
 
 
 # beam 2, alpha 1. Step 1: B-E (.57) and the finished A-EOS (.304) lead. Step 2: B-E-G (.2964) and B-E-H (.2736)

@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lenpen", type=float, help="GNMT length penalty alpha (default: decode.lenpen)")
     parser.add_argument("--search", choices=["official", "fairseq"],
                         help="beam-search rules (default: decode.search); official: the papers' decoder")
+    parser.add_argument("--length-norm", choices=["gnmt", "fairseq"],
+                        help="with --search fairseq: fairseq's score / length^lenpen instead of the GNMT penalty")
     parser.add_argument("--nbest", type=int, help="translations per input; K > 1 prints INDEX\\tSCORE\\tTEXT lines")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
@@ -131,9 +133,13 @@ def run(args: argparse.Namespace) -> int:
     # the first buffer is read before the model loads: a missing or undecodable input fails at once
     first = [] if interactive else list(itertools.islice(lines, buffer_size))
     translator = Translator.from_checkpoints(checkpoint_paths(args), args.device, args.precision)
-    if args.search:
+    if args.search or args.length_norm:
         config = translator.config
-        translator.config = dataclasses.replace(config, decode=dataclasses.replace(config.decode, search=args.search))
+        decode = dataclasses.replace(config.decode, search=args.search or config.decode.search,
+                                     length_norm=args.length_norm or config.decode.length_norm)
+        if decode.length_norm != "gnmt" and decode.search != "fairseq":
+            raise NmtError(f"--length-norm {decode.length_norm} needs --search fairseq")
+        translator.config = dataclasses.replace(config, decode=decode)
     if (interactive or not is_std(args.input)) and not args.quiet:  # not when filtering stdin to stdout
         print(f"precision {translator.runtime.describe_precision()}", file=sys.stderr)
     lines = itertools.chain(first, lines)

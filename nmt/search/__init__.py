@@ -20,10 +20,13 @@ included, as fed to the model).
   n-best list is the ``beam`` entries sorted by score. A sentence leaves the search sooner once its ``nbest`` best
   entries are finished and no live entry can outscore them whatever it generates (its summed log-probability
   only falls, and the penalty of ``max_len`` is the largest it can divide by): the same n-best, fewer steps.
-- ``fairseq``: EOS allowed from step 0. Each step takes the ``2 * beam`` best extensions: EOS extensions among the
-  ``beam`` best move to a finished list and the ``beam`` best non-EOS extensions stay live. A sentence is done once
+- ``fairseq``: fairseq's ``SequenceGenerator`` with its defaults (its own unit tests pass:
+  ``tests/test_fairseq_cases.py``). EOS is forbidden at step 0 (``--min-len 1``). Each step takes the ``2 * beam``
+  best extensions: EOS extensions among the ``beam`` best move to a finished list (at most ``beam`` per sentence in
+  all, best first, as ``finalize_hypos``) and the ``beam`` best non-EOS extensions stay live. A sentence is done once
   it has ``beam`` finished hypotheses or has produced ``max_len`` tokens, where every live beam is forced to end with
-  EOS (``max_len`` tokens before EOS).
+  EOS (``max_len`` tokens before EOS). ``decode.length_norm: fairseq`` scores by ``logprob / |y| ** lenpen``,
+  fairseq's normalization (``lenpen 0``: its ``--unnormalized``), instead of the GNMT penalty.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torch import Tensor
 from nmt.config import DecodeConfig
 from nmt.search import fairseq, official
 from nmt.search.common import (
+    LENGTH_NORMS,
     GreedyRule,
     Hypothesis,
     SearchState,
@@ -75,6 +79,7 @@ def beam_search(
     nbest: int = _DEFAULTS.nbest,
     max_len_cap: int | None = None,
     search: str = _DEFAULTS.search,
+    length_norm: str = _DEFAULTS.length_norm,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of source sentences.
 
@@ -88,13 +93,14 @@ def beam_search(
         nbest: hypotheses returned per sentence (at most ``beam``).
         max_len_cap: optional absolute limit on the output length (e.g. the model's positions).
         search: the rule set, a key of :data:`SEARCHES` (see the module docstring).
+        length_norm: ``gnmt`` (the penalty above) or ``fairseq`` (``score / |y| ** lenpen``; fairseq rules only).
 
     Returns:
         For each sentence, up to ``nbest`` hypotheses sorted by score (best first).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be in [1, beam={beam}], got {nbest}")
-    return _rules(search)[0](model, src, beam, lenpen, max_len_a, max_len_b, nbest, max_len_cap)
+    return _rules(search)[0](model, src, beam, lenpen, max_len_a, max_len_b, nbest, max_len_cap, length_norm)
 
 
 def greedy_search(
@@ -105,9 +111,11 @@ def greedy_search(
     max_len_b: int = _DEFAULTS.max_len_b,
     max_len_cap: int | None = None,
     search: str = _DEFAULTS.search,
+    length_norm: str = _DEFAULTS.length_norm,
 ) -> list[list[Hypothesis]]:
     """Arg-max decoding: the 1-best of :func:`beam_search` with ``beam=1`` under the same rules, faster."""
-    return greedy_loop(model, src, lenpen, max_lengths(src, max_len_a, max_len_b, max_len_cap), _rules(search)[1])
+    return greedy_loop(model, src, lenpen, max_lengths(src, max_len_a, max_len_b, max_len_cap), _rules(search)[1],
+                       penalty=LENGTH_NORMS[length_norm])
 
 
 def sample(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, sampling: Sampling,
@@ -125,7 +133,8 @@ def sample(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, sampling
     sample_keys = (keys.to(torch.int64).repeat_interleave(count) * count + torch.arange(count).repeat(batch))
     limits = max_lengths(rows, settings.max_len_a, settings.max_len_b, max_len_cap)
     rule = _rules(settings.search)[1]
-    drawn = greedy_loop(model, rows, settings.lenpen, limits, rule, Sampler(sampling, sample_keys))
+    drawn = greedy_loop(model, rows, settings.lenpen, limits, rule, Sampler(sampling, sample_keys),
+                        LENGTH_NORMS[settings.length_norm])
     return [sorted((d[0] for d in drawn[i * count:(i + 1) * count]), key=lambda h: h.score, reverse=True)
             for i in range(batch)]
 
@@ -140,6 +149,6 @@ def decode(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, max_len_
         return sample(model, src, settings, sampling, keys, max_len_cap)
     if settings.beam == 1:
         return greedy_search(model, src, settings.lenpen, settings.max_len_a, settings.max_len_b, max_len_cap,
-                             settings.search)
+                             settings.search, settings.length_norm)
     return beam_search(model, src, settings.beam, settings.lenpen, settings.max_len_a, settings.max_len_b,
-                       settings.nbest, max_len_cap, settings.search)
+                       settings.nbest, max_len_cap, settings.search, settings.length_norm)

@@ -59,6 +59,15 @@ def length_penalty(length: int, alpha: float) -> float:
     return (5.0 + length) ** alpha / 6.0 ** alpha
 
 
+def fairseq_length_norm(length: int, alpha: float) -> float:
+    """fairseq's normalization ``length ** alpha`` (``--lenpen``; alpha 0 = unnormalized); ``length`` counts EOS."""
+    return float(length) ** alpha
+
+
+# decode.length_norm -> the divisor of a hypothesis's summed log-probability
+LENGTH_NORMS: dict[str, Callable[[int, float], float]] = {"gnmt": length_penalty, "fairseq": fairseq_length_norm}
+
+
 def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, cap: int | None = None) -> Tensor:
     """Per-sentence output limit ``int(a * |src| + b)`` (non-pad source length), optionally capped; shape (B,)."""
     src_len = (src != PAD).sum(dim=1).double()
@@ -113,7 +122,8 @@ GreedyRule = Callable[[Tensor, int, Tensor, Tensor, Chooser], tuple[Tensor, Tens
 
 @torch.no_grad()
 def greedy_loop(model: Seq2Seq[StateT], src: Tensor, lenpen: float, limits: Tensor,
-                rule: GreedyRule, choose: Chooser = argmax) -> list[list[Hypothesis]]:
+                rule: GreedyRule, choose: Chooser = argmax,
+                penalty: Callable[[int, float], float] = length_penalty) -> list[list[Hypothesis]]:
     """One hypothesis per row, token by token (``choose``: the arg-max, or a sample), a sentence leaving the batch
     as soon as ``rule`` says it is done; shared by the rule sets, which differ only in their ``rule`` (what may be
     chosen at each step and when a sentence ends)."""
@@ -132,11 +142,11 @@ def greedy_loop(model: Seq2Seq[StateT], src: Tensor, lenpen: float, limits: Tens
         positional = torch.cat([positional, best_scores[:, None]], dim=1)
         totals = totals + best_scores
         if bool(done.any()):
-            penalty = length_penalty(tokens.size(1), lenpen)
+            divisor = penalty(tokens.size(1), lenpen)
             for original, toks, pos, total in zip(active[done].tolist(), tokens[done].tolist(),
                                                   positional[done].tolist(), totals[done].tolist(), strict=True):
                 end = len(toks) - 1 if toks[-1] == EOS else len(toks)
-                finished[original].append(Hypothesis(toks[:end], total / penalty, total, pos))
+                finished[original].append(Hypothesis(toks[:end], total / divisor, total, pos))
             keep = (~done).nonzero(as_tuple=True)[0]
             if not keep.numel():
                 break

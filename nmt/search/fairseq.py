@@ -3,12 +3,14 @@ length limit (see :mod:`nmt.search` for the rules side by side)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from nmt.search.common import (
+    LENGTH_NORMS,
     Chooser,
     Hypothesis,
     Seq2Seq,
@@ -22,6 +24,8 @@ from nmt.search.common import (
 )
 from nmt.search.topk import topk
 from nmt.vocab import BOS, EOS
+
+MIN_LEN = 1  # fairseq's default --min-len: EOS is forbidden while fewer tokens have been generated
 
 
 @dataclass
@@ -51,18 +55,23 @@ def _expand(beams: _Beams, log_probs: Tensor, beam: int, at_max: Tensor) -> tupl
     vocab = log_probs.size(1)
     totals = beams.scores.view(-1, 1) + log_probs.float()  # (A * W, V), masked in place: no copy of log_probs
     mask_step_(totals, at_max)
+    if beams.tokens.size(1) < MIN_LEN:
+        totals[:, EOS] = -torch.inf  # fairseq's --min-len 1 (its default): no empty hypothesis
     k = min(2 * beam, width * vocab)
     cand_scores, cand_index = topk(totals.view(n_active, width * vocab), k)  # (A, W*V) -> (A, C)
     return cand_scores, cand_index // vocab, cand_index % vocab
 
 
 def _finalize(
-    beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], beam: int, lenpen: float, finished: list[list[Hypothesis]]
+    beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], beam: int, lenpen: float, finished: list[list[Hypothesis]],
+    penalty: Callable[[int, float], float] = length_penalty,
 ) -> Tensor:
-    """Move the EOS candidates ranked among the ``beam`` best to ``finished``; return how many each sentence got."""
+    """Move the EOS candidates ranked among the ``beam`` best to ``finished``, best first and no more than a
+    sentence's ``beam`` finished hypotheses in all (fairseq's ``finalize_hypos``); return how many each got."""
     cand_scores, cand_beam, cand_tok = cand
     is_final = (cand_tok == EOS) & torch.isfinite(cand_scores)
     is_final[:, beam:] = False
+    is_final &= is_final.cumsum(dim=1) <= (beam - beams.n_finished)[:, None]
     counts = is_final.sum(dim=1)
     if not bool(counts.any()):
         return counts
@@ -73,9 +82,9 @@ def _finalize(
     positional = torch.cat([beams.positional[rows], eos_scores[:, None]], dim=1).tolist()
     tokens = beams.tokens[rows].tolist()
     originals = beams.active[sent].tolist()
-    penalty = length_penalty(beams.tokens.size(1) + 1, lenpen)
+    divisor = penalty(beams.tokens.size(1) + 1, lenpen)
     for original, toks, pos, total in zip(originals, tokens, positional, totals.tolist()):
-        finished[original].append(Hypothesis(toks, total / penalty, total, pos))
+        finished[original].append(Hypothesis(toks, total / divisor, total, pos))
     return counts
 
 
@@ -125,6 +134,7 @@ def fairseq_beam_search(
     max_len_b: int,
     nbest: int,
     max_len_cap: int | None,
+    length_norm: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of source sentences.
 
@@ -132,14 +142,16 @@ def fairseq_beam_search(
         model: a :class:`Seq2Seq` (``start``/``step``/``state.select``).
         src: (B, S) source ids, PAD-padded, on the model's device.
         beam: live hypotheses kept per sentence.
-        lenpen: alpha of the GNMT length penalty.
+        lenpen: alpha of the length normalization.
         max_len_a, max_len_b: output limit ``int(a * |src| + b)`` tokens before EOS.
         nbest: hypotheses returned per sentence (at most ``beam``).
         max_len_cap: optional absolute limit on the output length (e.g. the model's positions).
+        length_norm: a key of :data:`nmt.search.common.LENGTH_NORMS` (GNMT's penalty, or fairseq's |y|^lenpen).
 
     Returns:
         For each sentence, up to ``nbest`` hypotheses sorted by score (best first).
     """
+    penalty = LENGTH_NORMS[length_norm]
     batch, device = src.size(0), src.device
     state = model.start(src)
     beams = _Beams(
@@ -157,7 +169,7 @@ def fairseq_beam_search(
         at_max = beams.limits == step  # (A,)
         log_probs, state = model.step(prev, state)
         cand = _expand(beams, log_probs, beam, at_max.repeat_interleave(beams.width))
-        beams.n_finished += _finalize(beams, cand, beam, lenpen, finished)
+        beams.n_finished += _finalize(beams, cand, beam, lenpen, finished, penalty)
         done = (beams.n_finished >= beam) | at_max
         if bool(done.all()):
             break
@@ -169,9 +181,12 @@ def fairseq_beam_search(
 def greedy_rule(log_probs: Tensor, length: int, limits: Tensor, rows: Tensor,
                 choose: Chooser = argmax) -> tuple[Tensor, Tensor, Tensor]:
     """Greedy decoding under fairseq's rules (:func:`nmt.search.common.greedy_loop`), the same output as
-    :func:`fairseq_beam_search` with beam 1: EOS allowed from step 0 and forced once ``limit`` tokens precede it;
-    every sentence ends with EOS."""
+    :func:`fairseq_beam_search` with beam 1: EOS forbidden at step 0 (fairseq's --min-len 1) and forced once
+    ``limit`` tokens precede it; every sentence ends with EOS."""
     at_max = limits == length
-    best_scores, best = choose(mask_step(log_probs, at_max), rows, length)
+    scores = mask_step(log_probs, at_max)
+    if length < MIN_LEN:
+        scores[:, EOS] = -torch.inf
+    best_scores, best = choose(scores, rows, length)
     best = best.masked_fill(at_max, EOS)  # even if the model gives EOS probability 0
     return best_scores, best, best == EOS

@@ -146,8 +146,12 @@ def official_beam_search(
     max_len_b: int,
     nbest: int,
     max_len_cap: int | None,
+    length_norm: str = "gnmt",
 ) -> list[list[Hypothesis]]:
-    """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`)."""
+    """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`; the official
+    decoder has the GNMT penalty only)."""
+    if length_norm != "gnmt":
+        raise ValueError(f"the official search has the GNMT length penalty only, not {length_norm!r}")
     batch, device = src.size(0), src.device
     state = model.start(src)
     limits = max_lengths(src, max_len_a, max_len_b, max_len_cap)
