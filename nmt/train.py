@@ -31,6 +31,7 @@ from nmt.loader import BatchLoader
 from nmt.loss import label_smoothed_nll
 from nmt.model import build_model
 from nmt.optim import LRController, build_optimizer
+from nmt.run_lock import RunLock
 from nmt.run_log import RunLog
 from nmt.runtime import Runtime, all_sum, broadcast_floats, setup, teardown
 from nmt.train_data import TrainingData, load_training_data
@@ -113,7 +114,10 @@ class Trainer:
     def save(self, name: str) -> None:
         self.settle()  # a diverged update stops the run before its weights are written
         if self.rt.is_main:
-            save_checkpoint(self.save_dir / name, self.payload())
+            try:
+                save_checkpoint(self.save_dir / name, self.payload())
+            except OSError as exc:  # e.g. ENOSPC: name the checkpoint (the temporary file is already removed)
+                raise OSError(exc.errno, exc.strerror, str(self.save_dir / name)) from None
         if name == "checkpoint_last.pt":
             self.saved_step = self.progress.step
 
@@ -437,9 +441,21 @@ class Trainer:
 
 
 def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
-    """Train according to ``cfg`` (resuming ``checkpoint_last.pt`` when asked); returns a summary dict."""
+    """Train according to ``cfg`` (resuming ``checkpoint_last.pt`` when asked); returns a summary dict.
+
+    The main process holds ``train.save_dir``'s lock (:mod:`nmt.run_lock`) for the whole run. A file that cannot be
+    written (a full disk, a lost permission) stops the run with one line naming it; the checkpoints written before
+    are intact (every one is written atomically), so ``--resume`` continues once the cause is fixed.
+    """
     runtime = setup(cfg.train.device, cfg.train.precision)
+    lock = RunLock(Path(cfg.train.save_dir)).acquire() if runtime.is_main else None
     try:
         return Trainer(cfg, runtime).run(resume)
+    except OSError as exc:
+        where = exc.filename or f"a file in {cfg.train.save_dir}"
+        raise NmtError(f"{where}: {exc.strerror or exc}; the run stopped and the checkpoints written before are "
+                       "intact: free space (or fix the cause) and rerun with --resume") from None
     finally:
+        if lock is not None:
+            lock.release()
         teardown(runtime)
