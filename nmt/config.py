@@ -356,6 +356,18 @@ def _positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise NmtError(f"config key '{key}': {value} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+INIT_RESETS = ("gains", "logit_mask")  # what train.init_reset may take from a warm-started run instead of its parent
+
+
+def init_reset_names(text: str) -> list[str]:
+    """The entries of ``train.init_reset`` (comma-separated), checked (see :mod:`nmt.warm_start`)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in INIT_RESETS]
+    if unknown:
+        raise NmtError(f"config key 'train.init_reset': {', '.join(unknown)} is not one of {', '.join(INIT_RESETS)}")
+    return names
+
+
 def validate(config: Config) -> None:
     """Value checks that types alone cannot express."""
     m, t, d = config.model, config.train, config.decode
@@ -377,9 +389,7 @@ def validate(config: Config) -> None:
     if m.qknorm_length is not None:
         resolve_qknorm_length(m.qknorm_length, None)
     if t.init_reset:
-        from nmt.warm_start import reset_names
-
-        reset_names(t.init_reset)
+        init_reset_names(t.init_reset)
     if d.length_norm != "gnmt" and d.search != "fairseq":
         raise NmtError(f"config key 'decode.length_norm': {d.length_norm} needs decode.search fairseq (the official "
                        "decoder uses the GNMT penalty)")

@@ -160,14 +160,15 @@ class Trainer:
 
     def warm_start(self, path: Path) -> str:
         """Load a parent's weights into this new run (:mod:`nmt.warm_start`); returns the log line saying so."""
-        from nmt.warm_start import initial_state, reset_names
+        from nmt.config import init_reset_names
+        from nmt.warm_start import initial_state
 
         if not path.is_file():
             raise NmtError(f"--init-from {path}: file not found" if not path.exists() else
                            f"--init-from {path} is not a file")
         spm_where = Path(self.cfg.data.data_dir) / self.cfg.data.pair / "spm.model"
         state, note = initial_state(load_checkpoint(path, map_location="cpu"), path, self.model.state_dict(),
-                                    self.data.spm_bytes, spm_where, reset_names(self.cfg.train.init_reset))
+                                    self.data.spm_bytes, spm_where, init_reset_names(self.cfg.train.init_reset))
         self.model.load_state_dict(state)
         return note
 

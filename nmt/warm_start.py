@@ -21,17 +21,6 @@ from torch import Tensor
 from nmt.checkpoint import tensor_to_bytes
 from nmt.errors import NmtError
 
-RESETS = ("gains", "logit_mask")  # what train.init_reset may take from the new run instead of the parent
-
-
-def reset_names(text: str) -> list[str]:
-    """The entries of ``train.init_reset`` (comma-separated), checked."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RESETS]
-    if unknown:
-        raise NmtError(f"config key 'train.init_reset': {', '.join(unknown)} is not one of {', '.join(RESETS)}")
-    return names
-
 
 def _reset_key(key: str, resets: list[str]) -> bool:
     return ("gains" in resets and key.endswith("scoring.gain")) or ("logit_mask" in resets and
@@ -51,7 +40,7 @@ def initial_state(parent: Mapping[str, Any], path: Path, ours: Mapping[str, Tens
         path: its file, for messages.
         ours: the new model's freshly initialised state dict.
         spm_bytes: the SentencePiece model of the new run's data (at ``spm_where``).
-        resets: :data:`RESETS` entries to take from ``ours`` instead of the parent.
+        resets: :data:`nmt.config.INIT_RESETS` entries to take from ``ours`` instead of the parent.
     """
     theirs = tensor_to_bytes(parent["spm"]) if "spm" in parent else b""
     if theirs != spm_bytes:
