@@ -33,6 +33,7 @@ from torch import Tensor
 from fidelity import Row
 from fidelity.convert import convert_model, entries_for, mask_to_ours, official_to_ours, to_our_ids
 from fidelity.official import SRC_LANG_IDX, TGT_LANG_IDX, Official, build_official, load, official_args
+from nmt import kernels
 from nmt.config import Config, load_config
 from nmt.loss import label_smoothed_nll
 from nmt.model import Transformer, build_model
@@ -229,7 +230,7 @@ def _models(system: str, shape: str, setting: Setting, dtype: torch.dtype
         raise ValueError(f"{shape}: the paper config must enable model.logit_mask and model.lang_embedding")
     official = build_official(fork, args, seed=setting.seed).to(dtype)
     mask = _random_mask(setting.vocab, torch.Generator().manual_seed(setting.seed))
-    ours = build_model(config.model, setting.vocab, None)
+    ours = kernels.accelerate(build_model(config.model, setting.vocab, None))  # the model the trainer trains
     convert_model(official, ours, logit_mask=mask)
     ours.to(dtype)
     if dtype == torch.float64:  # the official table is computed in float32 (angles included); use it as is

@@ -30,6 +30,7 @@ from torch import Tensor
 from fidelity import Row
 from fidelity.convert import convert_model, to_our_ids
 from fidelity.official import SRC_LANG_IDX, TGT_LANG_IDX, Official, build_official, load, official_args
+from nmt import kernels
 from nmt.config import Config, load_config
 from nmt.evaluate import tokenized_bleu
 from nmt.model import Transformer, build_model
@@ -181,7 +182,7 @@ def build_pair(setting: Setting, official: Official) -> tuple[torch.nn.Module, T
     loss = train_official(model, train, mask, setting)
     with torch.no_grad():
         model.get_parameter("out_bias")[OFFICIAL_EOS] += setting.eos_bias
-    ours = build_model(config.model, vocab, 79.0)
+    ours = kernels.accelerate(build_model(config.model, vocab, 79.0))  # as restore_model builds it
     convert_model(model, ours, logit_mask=mask)
     return model, ours.eval(), config, mask, loss
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from nmt import kernels
 from nmt.atomic import TMP_SUFFIX, atomic_write_bytes
 from nmt.errors import NmtError
 
@@ -152,5 +153,5 @@ def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *
     except RuntimeError as exc:
         detail = " ".join(str(exc).split())
         raise NmtError(f"checkpoint {name} does not match the architecture in its config ({detail[:300]})") from None
-    model.to(device).eval()
+    kernels.accelerate(model).to(device).eval()
     return model, config, SentencePieceTokenizer(tensor_to_bytes(payload["spm"]))

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from nmt.config import ModelConfig, resolve_qknorm_length
 from nmt.decoder_state import CACHE_GROW, DecoderState
+from nmt.kernels.incremental import decoder_layer_step
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.modules.feedforward import FeedForward
@@ -164,8 +165,8 @@ class Transformer(nn.Module):
         table = self.embed.table()
         x = self.embed(prev[:, None], table, offset=t, side=1)  # (N,) -> (N, 1, D)
         for i, layer in enumerate(self.decoder.blocks):
-            x = layer.step(x, state.self_kv[i], state.slots, t, state.memory_kv[i, 0], state.memory_kv[i, 1],
-                           state.src_mask, state.place)
+            x = decoder_layer_step(layer, x, state.self_kv[i], state.slots, t, state.memory_kv[i, 0],
+                                   state.memory_kv[i, 1], state.src_mask, state.place)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
         state = dataclasses.replace(state, length=t + 1)
         # the float32 result straight from bf16 logits (bitwise the same as casting first, without the copy)

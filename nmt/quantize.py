@@ -24,6 +24,7 @@ arithmetic by :data:`INT8_MARGIN`, since it costs a little accuracy.
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from nmt import hardware
+from nmt import hardware, kernels
 from nmt.errors import NmtError
 from nmt.modules.embeddings import MASKED_LOGIT
 from nmt.runtime import Precision, choose_precision
@@ -99,7 +100,8 @@ def quantize_for_decoding(model: nn.Module) -> nn.Module:
         raise NmtError("decode precision 'int8' runs on CPU only (use bf16 or fp16 on GPU)")
     names = {name for name, module in model.named_modules()
              if isinstance(module, nn.Linear) and not name.endswith(SLICED_WEIGHTS)}
-    quantized = _quantize(model, names)
+    # torch's quantization swaps only the exact nn.Linear class: the copy goes plain for it, and back to the wing
+    quantized = kernels.accelerate(_quantize(kernels.plain(copy.deepcopy(model)), names))
     quantized.eval()
     embed = getattr(quantized, "embed", None)
     if embed is not None and hasattr(embed, "table"):

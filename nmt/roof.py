@@ -8,7 +8,7 @@ The shapes are recorded from the real steps (forward and backward) by a ``TorchD
 one of this model at this batch shape and precision: under bf16 autocast it is the bf16 roof.
 
 Recorded: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (what ``nn.Linear`` and ``torch.matmul`` become), oneDNN's
-linear on a packed weight (bf16 decoding, :mod:`nmt.modules.packed`), and the fused attention kernels as the batched
+linear on a packed weight (bf16 decoding, :mod:`nmt.kernels.packed`), and the fused attention kernels as the batched
 matmuls they compute (2 forward, 4 backward).
 
 The same recording counts the memory traffic of every other operation (:class:`Traffic`: the bytes of its tensor

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nmt import rng
+from nmt import kernels, rng
 from nmt.checkpoint import load_checkpoint, model_payload, remove_temporaries, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, Config, config_to_dict
 from nmt.data.batching import Batch, make_batches
@@ -79,8 +79,8 @@ class Trainer:
         self.save_dir = Path(cfg.train.save_dir)
         self.data: TrainingData = load_training_data(cfg)
         rng.seed_all(cfg.train.seed + runtime.rank)
-        self.model = build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length,
-                                 self.data.target_vocabulary).to(runtime.device)
+        self.model = kernels.accelerate(build_model(cfg.model, self.data.vocab_size, self.data.qknorm_length,
+                                                    self.data.target_vocabulary)).to(runtime.device)
         self.net: torch.nn.Module = self.model
         if runtime.distributed:
             ids = [runtime.device.index] if runtime.device.type == "cuda" else None

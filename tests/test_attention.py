@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from nmt import config
+from nmt.kernels.incremental import cross_attention_step, self_attention_step
+from nmt.kernels.placement import Placement
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm, QKRMSNorm, qknorm_gain_init
-from nmt.modules.placement import Placement
 
 D, H = 16, 4
 
@@ -139,7 +140,8 @@ def test_cached_step_equals_causal_forward(name: str) -> None:
     x = torch.randn(2, 7, D)
     full = attn(x, is_causal=True)
     cache, slots = torch.zeros(2, 2, H, 1, 8, D // H), torch.zeros(2, 1, 8, dtype=torch.long)
-    steps = [attn.step(x[:, t : t + 1], cache, slots, t, Placement(group=1, n_blocks=2)) for t in range(7)]
+    place = Placement(group=1, n_blocks=2)
+    steps = [self_attention_step(attn, x[:, t : t + 1], cache, slots, t, place) for t in range(7)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -174,7 +176,7 @@ def test_bf16_cross_attention_step_equals_the_fused_kernel(name: str) -> None:
     place = Placement(group=3, n_blocks=2)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         k, v = attn.project_memory(memory)
-        out = attn.step_cross(x, k, v, mask, place)
+        out = cross_attention_step(attn, x, k, v, mask, place)
         q = place.to_blocks(attn.project_queries(x))
         fused = attn.out_proj(place.to_rows(torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=attn.scoring.scale)))
@@ -184,4 +186,4 @@ def test_bf16_cross_attention_step_equals_the_fused_kernel(name: str) -> None:
         memory[0, 6:] = 100.0
         with torch.autocast("cpu", dtype=torch.bfloat16):
             k2, v2 = attn.project_memory(memory)
-            torch.testing.assert_close(attn.step_cross(x, k2, v2, mask, place)[:3], out[:3])
+            torch.testing.assert_close(cross_attention_step(attn, x, k2, v2, mask, place)[:3], out[:3])

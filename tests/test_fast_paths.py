@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import nmt.loss
+from nmt.kernels.attention import split_heads, unit_norm
+from nmt.kernels.dropout import dropout, keep_mask
 from nmt.loss import label_smoothed_nll
-from nmt.modules.attention import split_heads, unit_norm
-from nmt.modules.dropout import dropout, keep_mask
 from nmt.vocab import PAD
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt import config
+from nmt import config, kernels
 from nmt.errors import NmtError
 from nmt.model import INITS, Transformer, build_model
 from nmt.modules.embeddings import sinusoidal_positions, word_dropout
@@ -137,7 +137,7 @@ def test_fixnorm_rows_unit_norm_pad_row_included() -> None:
 
 
 def test_fixnorm_table_cache_follows_weight_updates() -> None:
-    model = _model("qknorm").eval()
+    model = kernels.accelerate(_model("qknorm")).eval()
     src, tgt = _batch([5]), _batch([4], bos=True)
     with torch.no_grad():
         first = model(src, tgt)
@@ -154,7 +154,7 @@ def test_fixnorm_table_cache_follows_weight_updates() -> None:
 
 @pytest.mark.parametrize("variant", ["qknorm", "rmsnorm_post"])  # FixNorm's table, and the plain weight
 def test_decoding_logits_under_autocast_cast_once_and_follow_updates(variant: str) -> None:
-    model = _model(variant, logit_mask=True).eval()
+    model = kernels.accelerate(_model(variant, logit_mask=True)).eval()
     model.embed.set_logit_mask(torch.arange(V) != 7)
     h = torch.randn(3, 32)
 
@@ -164,7 +164,7 @@ def test_decoding_logits_under_autocast_cast_once_and_follow_updates(variant: st
 
     def reference() -> torch.Tensor:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            return F.linear(h, model.embed.table(), model.embed._bias(h))  # autocast's own casts, every call
+            return F.linear(h, model.embed.table(), model.embed.masked_bias(h))  # autocast's own casts, every call
 
     first = autocast_logits()
     cached = model.embed._cast_cache

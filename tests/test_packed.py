@@ -1,4 +1,4 @@
-"""bf16 decoding on weights packed once into oneDNN's layout (nmt/modules/packed.py, nmt/modules/linear.py): the
+"""bf16 decoding on weights packed once into oneDNN's layout (nmt/kernels/packed.py, nmt/kernels/linear.py): the
 same products as autocast's ``F.linear``, repacked whenever a weight changes, one pack per weight and row range."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.modules import linear, packed
+from nmt.kernels import linear, packed
 from nmt.roof import record
 
 pytestmark = pytest.mark.skipif(not packed.available(), reason="needs oneDNN and a CPU with native bf16")

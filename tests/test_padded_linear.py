@@ -1,4 +1,4 @@
-"""Linear layers on zero-padded rows (nmt/modules/linear.py): CPU bf16 training runs its matmuls on a few row counts
+"""Linear layers on zero-padded rows (nmt/kernels/linear.py): CPU bf16 training runs its matmuls on a few row counts
 (so oneDNN reuses their primitives) and gets the same outputs and gradients as ``F.linear`` under autocast."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt.modules import linear
-from nmt.modules.linear import MIN_ROW_STEP, padded_rows
+from nmt.kernels import linear
+from nmt.kernels.linear import MIN_ROW_STEP, padded_rows
 from nmt.roof import record
 
 

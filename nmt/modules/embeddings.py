@@ -1,4 +1,6 @@
-"""Joint-vocabulary token embeddings tied across encoder input, decoder input and output, plus positions."""
+"""Joint-vocabulary token embeddings tied across encoder input, decoder input and output (Press & Wolf 2017,
+arXiv 1608.05859), sinusoidal positions (arXiv 1706.03762, Sec. 3.5), and FixNorm (Nguyen & Salazar 2019,
+arXiv 1910.05895, Sec. 2.3: every embedding row l2-normalized to unit length)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.modules import linear
-from nmt.modules.dropout import dropout
 from nmt.vocab import PAD, SPECIALS, UNK
 
 
@@ -85,9 +85,6 @@ class TiedEmbedding(nn.Module):
         self.lang_embedding = nn.Parameter(torch.empty(2, d_model)) if lang_embedding else None
         self.register_buffer("logit_mask", torch.ones(vocab_size, dtype=torch.bool) if logit_mask else None)
         self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
-        self._table_cache: tuple[tuple[int, int, torch.dtype], Tensor] | None = None
-        # decoding under autocast: the output projection's weight and bias in the autocast dtype, cast once
-        self._cast_cache: tuple[tuple[int, int, int, int, int, torch.dtype], tuple[Tensor, Tensor]] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -101,31 +98,18 @@ class TiedEmbedding(nn.Module):
                 self.lang_embedding.normal_(0.0, self.weight.size(1) ** -0.5)
 
     def table(self) -> Tensor:
-        """The rows as used (unit-normalized under FixNorm), (V, D); compute once and pass to both uses.
-
-        In eval mode without autograd (decoding) the normalized table is cached until the weight changes: every
-        in-place update (optimizer step, ``load_state_dict``) bumps the tensor's version counter, a move changes its
-        address or dtype, and switching modes with :meth:`train` drops the cache.
-        """
-        if not self.fixnorm:
-            return self.weight
-        if self.training or torch.is_grad_enabled():
-            return F.normalize(self.weight, dim=-1)
-        key = (self.weight._version, self.weight.data_ptr(), self.weight.dtype)
-        if self._table_cache is None or self._table_cache[0] != key:
-            self._table_cache = (key, F.normalize(self.weight.detach(), dim=-1))
-        return self._table_cache[1]
-
-    def train(self, mode: bool = True) -> TiedEmbedding:
-        self._table_cache = None
-        self._cast_cache = None
-        return super().train(mode)
+        """The rows as used (unit-normalized under FixNorm), (V, D); compute once and pass to both uses."""
+        return F.normalize(self.weight, dim=-1) if self.fixnorm else self.weight
 
     def forward(self, tokens: Tensor, table: Tensor | None = None, offset: int = 0, side: int = 0) -> Tensor:
-        """Embed ``tokens`` (B, T) at positions ``offset .. offset+T-1``; returns (B, T, D).
+        """Embed ``tokens`` (B, T) at positions ``offset .. offset+T-1``, with dropout; returns (B, T, D).
 
         ``side`` is 0 for source tokens and 1 for target tokens (it picks the language embedding row, if any).
         """
+        return F.dropout(self.embed(tokens, table, offset, side), self.dropout, self.training)
+
+    def embed(self, tokens: Tensor, table: Tensor | None = None, offset: int = 0, side: int = 0) -> Tensor:
+        """:meth:`forward` before its dropout: ``sqrt(d) * w[token] + P[position] (+ language row)``."""
         T = tokens.size(1)
         if offset + T > self.positions.size(0):
             raise ValueError(f"sequence of {offset + T} tokens exceeds max_positions {self.positions.size(0)}")
@@ -135,7 +119,7 @@ class TiedEmbedding(nn.Module):
         x = F.embedding(tokens, table, padding_idx=PAD) * self.scale + self.positions[offset : offset + T]
         if self.lang_embedding is not None:
             x = x + self.lang_embedding[side]
-        return dropout(x, self.dropout, self.training)
+        return x
 
     def set_logit_mask(self, keep: Tensor) -> None:
         """Set the target-vocabulary mask (V,) bool, True = may be predicted."""
@@ -147,34 +131,20 @@ class TiedEmbedding(nn.Module):
 
     def logits(self, h: Tensor, table: Tensor | None = None) -> Tensor:
         """Output logits ``h . w^T + bias``, masked types at -1e9: (..., D) -> (..., V)."""
-        table = self.table() if table is None else table
-        device = h.device.type
-        if not self.training and not torch.is_grad_enabled() and torch.is_autocast_enabled(device):
-            # decoding: autocast would cast the (V, D) table every step (it caches only leaf parameters' casts)
-            # (the cast table and bias are kept, so the bf16 pack of them is too)
-            return linear.linear(h, *self._cast_for_autocast(table, torch.get_autocast_dtype(device), h), owner=self)
-        return linear.linear(h, table, self._bias(h))
+        return F.linear(h, self.table() if table is None else table, self.masked_bias(h))
 
-    def _bias(self, h: Tensor) -> Tensor:
+    def masked_bias(self, h: Tensor) -> Tensor:
+        """The output bias with the logit mask folded in (masked types at :func:`masked_logit` for ``h``)."""
         bias: Tensor = self.output_bias
         if self.logit_mask is not None:
-            bias = bias.masked_fill(~self.logit_mask, _masked_logit(h))
+            bias = bias.masked_fill(~self.logit_mask, masked_logit(h))
         return bias
-
-    def _cast_for_autocast(self, table: Tensor, dtype: torch.dtype, h: Tensor) -> tuple[Tensor, Tensor]:
-        """``table`` and the (masked) bias in ``dtype``, kept until the table, bias or mask change (in-place updates
-        bump the version counters; :meth:`train` drops it)."""
-        mask_version = -1 if self.logit_mask is None else self.logit_mask._version
-        key = (table.data_ptr(), table._version, self.weight._version, self.output_bias._version, mask_version, dtype)
-        if self._cast_cache is None or self._cast_cache[0] != key:
-            self._cast_cache = (key, (table.detach().to(dtype), self._bias(h).detach().to(dtype)))
-        return self._cast_cache[1]
 
 
 MASKED_LOGIT = -1e9  # the official value (model.py logit_fn); exp underflows to exactly 0 in every float dtype
 
 
-def _masked_logit(h: Tensor) -> float:
+def masked_logit(h: Tensor) -> float:
     """-1e9, or half the most negative finite value of the dtype the output projection runs in (fp16: -32752),
     so masked logits stay finite and the smoothing term's ``0 * log p`` is 0, never NaN."""
     device = h.device.type

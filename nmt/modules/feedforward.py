@@ -1,12 +1,9 @@
-"""Position-wise feed-forward block."""
+"""The position-wise feed-forward block ``FFN(x) = max(0, x W1 + b1) W2 + b2`` (arXiv 1706.03762, Eq. 2)."""
 
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-from nmt.modules import linear
-from nmt.modules.dropout import dropout
 
 
 class FeedForward(nn.Module):
@@ -25,4 +22,4 @@ class FeedForward(nn.Module):
         self.act_dropout = act_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear.call(self.down, dropout(F.relu(linear.call(self.up, x)), self.act_dropout, self.training))
+        return self.down(F.dropout(F.relu(self.up(x)), self.act_dropout, self.training))

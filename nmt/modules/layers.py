@@ -1,15 +1,15 @@
-"""Encoder and decoder layers; the pre/post residual placement is written once, in :class:`Residual`."""
+"""Encoder and decoder layers (Vaswani et al. 2017, arXiv 1706.03762, Sec. 3.1); the PreNorm/PostNorm residual
+placement (Nguyen & Salazar 2019, arXiv 1910.05895, Sec. 2.1) is written once, in :class:`Residual`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.modules.attention import MultiHeadAttention
-from nmt.modules.dropout import dropout
 from nmt.modules.feedforward import FeedForward
-from nmt.modules.placement import Placement
 
 
 class Residual(nn.Module):
@@ -32,8 +32,8 @@ class Residual(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre:
-            return x + dropout(sublayer(self.norm(x)), self.dropout, self.training)
-        return self.norm(x + dropout(sublayer(x), self.dropout, self.training))
+            return x + F.dropout(sublayer(self.norm(x)), self.dropout, self.training)
+        return self.norm(x + F.dropout(sublayer(x), self.dropout, self.training))
 
 
 class EncoderLayer(nn.Module):
@@ -86,22 +86,4 @@ class DecoderLayer(nn.Module):
         self_rec, cross_rec = records if records is not None else (None, None)
         x = self.self_res(x, lambda h: self.self_attn(h, is_causal=True, record=self_rec))
         x = self.cross_res(x, lambda h: self.cross_attn(h, memory=memory, mask=src_mask, record=cross_rec))
-        return self.ffn_res(x, self.ffn)
-
-    def step(
-        self,
-        x: Tensor,
-        self_cache: Tensor,
-        slots: Tensor,
-        t: int,
-        memory_k: Tensor,
-        memory_v: Tensor,
-        src_mask: Tensor | None,
-        place: Placement,
-    ) -> Tensor:
-        """One incremental step at position ``t`` of the live rows ``x`` (N, 1, D) placed by ``place``: the
-        self-attention store ``self_cache`` (2, n_blocks, H, group, capacity, D/H) with its ``slots``, precomputed
-        cross-attention keys/values (n_blocks, H, S, D/H) (:meth:`MultiHeadAttention.step`); returns (N, 1, D)."""
-        x = self.self_res(x, lambda h: self.self_attn.step(h, self_cache, slots, t, place))
-        x = self.cross_res(x, lambda h: self.cross_attn.step_cross(h, memory_k, memory_v, src_mask, place))
         return self.ffn_res(x, self.ffn)

@@ -1,17 +1,14 @@
-"""Linear layers whose row count comes in a few sizes, so oneDNN reuses its matmul primitives (CPU bf16/fp16).
+"""Linear layers whose row count comes in a few sizes, so oneDNN reuses its matmul primitives (CPU bf16/fp16),
+and whose bf16 decoding multiplies by weights packed once (:mod:`nmt.kernels.packed`).
 
 On CPU, PyTorch runs bf16 (and fp16) matmuls through oneDNN, which builds a primitive (a JIT-compiled kernel) for
-every new shape: about 3.5 ms for a (4000, 256) x (256, 1024) product that then runs in 0.7 ms (torch 2.13, AMX).
-Token-budget batches give every update a new number of rows ``B * T`` (3,796 to 4,096 for 4096-token batches), so
-each Linear layer's forward and both backward products built new primitives every update: the matmuls of a bf16
-training step ran at half the speed of the same matmuls replayed with warm primitives. Beam search meets a new row
-count at every batch's encoder and whenever finished sentences leave the decoder's rows (7% of bf16 decoding).
-Here the rows are padded with zeros to a multiple of 1/32 to 1/16 of their count (:func:`padded_rows`: 4,096 rows
-for 3,969 to 4,096), the product runs on the padded rows and the result keeps the real ones: the zero rows add
-nothing to the weight and bias gradients, and a handful of shapes recur, which oneDNN's primitive cache keeps. fp32
-matmuls (MKL) build nothing per shape, and GPUs have their own kernels: there this is ``F.linear``; so are the int8
-layers of int8 decoding (padding them was 3% slower). Decoding in bf16 (no autograd) multiplies by weights packed once
-into oneDNN's layout (:mod:`nmt.modules.packed`) when the caller names the weight's owner, as :func:`call` does.
+every new shape, and token-budget batches give every update a new number of rows ``B * T``; so does beam search
+whenever finished sentences leave the decoder's rows. Here the rows are padded with zeros to one of a few sizes
+(:func:`padded_rows`), the product runs on the padded rows and the result keeps the real ones: the zero rows add
+nothing to the weight and bias gradients, and the few shapes recur in oneDNN's primitive cache. fp32 matmuls (MKL)
+build nothing per shape, and GPUs have their own kernels: there this is ``F.linear``; so are the int8 layers of int8
+decoding. :class:`PaddedLinear` is the ``nn.Linear`` that :func:`nmt.kernels.accelerate` swaps in. The
+measurements behind each choice: ``docs/performance.md``, "The speed wing".
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.modules import packed
+from nmt.kernels import packed
 
 MIN_ROW_STEP = 64  # rows are padded to a multiple of at least this (above it)
 MIN_SMALL_ROWS = 8  # fewer rows are padded to a power of two, at least this
@@ -35,8 +32,7 @@ def padded_rows(rows: int) -> int:
     :data:`MIN_ROW_STEP`): at most ~6% padding, and a few sizes per octave; below :data:`MIN_ROW_STEP` rows, the
     next power of two (at least :data:`MIN_SMALL_ROWS`).
 
-    The small sizes are the last steps of a beam search, when a few sentences are left: padding their 4-16 rows to
-    64 made the output projection 2.5x slower than on 16 rows (bf16, packed, (3900, 256) weight)."""
+    The small sizes are the last steps of a beam search, when a few sentences are left."""
     if rows <= MIN_ROW_STEP:
         return max(MIN_SMALL_ROWS, 1 << (rows - 1).bit_length()) if rows > 0 else MIN_SMALL_ROWS
     step = max(MIN_ROW_STEP, 1 << max(rows.bit_length() - 5, 0))
@@ -92,6 +88,13 @@ def call(layer: nn.Module, x: Tensor, rows: slice | None = None) -> Tensor:
     if rows is not None:
         raise TypeError(f"rows of a {type(layer).__name__}: only an nn.Linear's weight can be sliced")
     return typing.cast(Tensor, layer(x))
+
+
+class PaddedLinear(nn.Linear):
+    """``nn.Linear`` through :func:`linear` (the same parameters; its own packs in bf16 decoding)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return linear(input, self.weight, self.bias, owner=self)
 
 
 def _padded(x: Tensor, dtype: torch.dtype) -> Tensor:

@@ -2,14 +2,9 @@
 
 Under bf16 autocast a CPU ``F.linear`` goes to oneDNN, which reorders the weight into its blocked layout inside
 every call. Decoding calls each Linear layer once per beam-search step with the same weight, so that reorder is
-much of a small product's time: for the bench model's step shapes (256 rows, torch 2.13, Sapphire Rapids with AMX,
-2 threads, alone in a loop) ``torch.ops.mkldnn._linear_pointwise`` on a weight packed once by
-``_reorder_linear_weight`` ran in 50 / 99 / 124 / 456 us against ``F.linear``'s 84 / 149 / 194 / 653 us on bf16
-tensors ((256, 256), (1024, 256), (256, 1024), (3900, 256) weights) and autocast's 118 / 257 / 310 / 1247 us; the
-results were bitwise equal except for one shape (128 rows, (256, 1024) weight: last-bit differences, another
-accumulation order). PyTorch's inductor packs frozen CPU graphs' weights the same way. Inside a whole beam search
-the gain is far smaller (5.6% with the small-row buckets of :func:`nmt.modules.linear.padded_rows`, interleaved
-runs): the step's other work and its fixed costs dominate (``docs/performance.md``, session 9).
+much of a small product's time; ``torch.ops.mkldnn._linear_pointwise`` on a weight packed once by
+``_reorder_linear_weight`` skips it (PyTorch's inductor packs frozen CPU graphs' weights the same way). Figures:
+``docs/performance.md``, "The speed wing".
 
 A pack belongs to one weight as it is: :class:`PackCache` keys it by the weight's version counter (every in-place
 update bumps it), address, shape and strides, so decoding during training repacks after each optimizer step, and

@@ -1,12 +1,11 @@
 """Dropout whose mask comes from 16 random bits per element on CPU and is kept as one byte per element.
 
-``F.dropout`` on CPU draws its mask with ``bernoulli_``, about 3x slower than ``torch.rand`` of the same size
-(torch 2.x; ~8% of a CPU training step of the 3+3 d256 model), and ``torch.rand`` draws one 32-bit number per
-element. Here one full-range 64-bit draw gives four 16-bit integers, each compared with a threshold: 2.7x faster
-than ``torch.rand`` (1.4 against 3.7 ms per 4096 x 256 activations, one thread, torch 2.13). Each element is kept
-with probability ``1 - p`` (``p`` rounded to a multiple of 1/65536, an error below 8e-6) and scaled by
-``1 / (1 - p)``. What backward keeps is the boolean mask (as ``F.dropout`` does), not a float copy of it: a quarter
-of the memory per dropout site. On other devices this is ``F.dropout``.
+``F.dropout`` on CPU draws its mask with ``bernoulli_``, several times slower than ``torch.rand`` of the same size,
+and ``torch.rand`` draws one 32-bit number per element. Here one full-range 64-bit draw gives four 16-bit integers,
+each compared with a threshold. Each element is kept with probability ``1 - p`` (``p`` rounded to a multiple of
+1/65536, an error below 8e-6) and scaled by ``1 / (1 - p)``. What backward keeps is the boolean mask (as
+``F.dropout`` does), not a float copy of it. On other devices this is ``F.dropout``. Figures: ``docs/performance.md``,
+"The speed wing".
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ class _KeepScale(torch.autograd.Function):
 
 
 def _as(keep: Tensor, dtype: torch.dtype) -> Tensor:
-    """The boolean mask as 0/1 in ``dtype``. Multiplying by a bool tensor directly makes the CPU kernel convert it
-    element by element (bool -> bf16: 0.39 ms per 4096 x 256 mask); converting its bytes as uint8 is vectorized
-    (0.07 ms), and the product then runs in one dtype: 0.28 against 0.61 ms for the whole scaling in bf16."""
+    """The boolean mask as 0/1 in ``dtype``, converted from its bytes as uint8 (vectorized; a bool tensor is
+    converted element by element), so the product runs in one dtype."""
     return keep.view(torch.uint8).to(dtype)
 
 
