@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt.kernels import linear, packed
-from nmt.roof import record
+from nmt.perf.roof import record
 
 pytestmark = pytest.mark.skipif(not packed.available(), reason="needs oneDNN and a CPU with native bf16")
 

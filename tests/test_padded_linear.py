@@ -8,7 +8,7 @@ import torch
 
 from nmt.kernels import linear
 from nmt.kernels.linear import MIN_ROW_STEP, padded_rows
-from nmt.roof import record
+from nmt.perf.roof import record
 
 
 def test_padded_rows_are_few_sizes_with_little_padding() -> None:

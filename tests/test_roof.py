@@ -1,4 +1,4 @@
-"""The matmul roof (nmt/roof.py): every matmul of a forward and backward is recorded with its shape, and the replay
+"""The matmul roof (nmt/perf/roof.py): every matmul of a forward and backward is recorded with its shape, and the replay
 of those shapes gives a rate the step is measured against."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import nmt.roof
-from nmt.roof import Matmul, record, replay_seconds, roof_report
+import nmt.perf.roof
+from nmt.perf.roof import Matmul, record, replay_seconds, roof_report
 
 
 def test_linear_forward_and_backward_are_three_matmuls() -> None:
@@ -51,7 +51,7 @@ def test_each_update_is_replayed_on_its_own(monkeypatch: pytest.MonkeyPatch) -> 
     """Replaying every update's shapes back to back would time oneDNN building primitives for the shapes it evicted,
     not the matmuls: the roof sums the updates' own replays."""
     replayed: list[list[Matmul]] = []
-    monkeypatch.setattr(nmt.roof, "replay_seconds", lambda mms, device: replayed.append(mms) or 0.5)
+    monkeypatch.setattr(nmt.perf.roof, "replay_seconds", lambda mms, device: replayed.append(mms) or 0.5)
     first, second = [Matmul(1, 4, 4, 4, torch.float32)], [Matmul(1, 8, 8, 8, torch.bfloat16)] * 2
     report = roof_report([first, second], 4.0, torch.device("cpu"))
     assert replayed == [first, second]
@@ -69,7 +69,7 @@ def test_traffic_counts_the_bytes_of_other_operations_only() -> None:
         a * b  # 3 x 64 x 32 float32
         a.bfloat16()  # read 4 bytes, write 2 per element
 
-    matmuls, traffic = nmt.roof.record_step(step)
+    matmuls, traffic = nmt.perf.roof.record_step(step)
     assert [(m.m, m.k, m.n) for m in matmuls] == [(64, 32, 64)]
     assert traffic.ops == 2 and traffic.bytes == 3 * 64 * 32 * 4 + 64 * 32 * 6
 
@@ -78,7 +78,7 @@ def test_memory_ceiling_relates_the_replay_to_the_traffic_at_the_bandwidth() -> 
     matmuls = [Matmul(1, 64, 64, 64, torch.float32)] * 2
     bandwidth = 1e9
     replay = replay_seconds(matmuls, torch.device("cpu"))
-    traffic = nmt.roof.Traffic(ops=10, bytes=int(replay * bandwidth))  # as long as the replay at the bandwidth
+    traffic = nmt.perf.roof.Traffic(ops=10, bytes=int(replay * bandwidth))  # as long as the replay at the bandwidth
     report = roof_report([matmuls], 10.0, torch.device("cpu"), traffic, bandwidth)
     assert report["other_ops"] == 10 and report["bandwidth_gbytes_per_s"] == 1.0
     assert report["other_memory_seconds"] == traffic.bytes / bandwidth
@@ -88,4 +88,4 @@ def test_memory_ceiling_relates_the_replay_to_the_traffic_at_the_bandwidth() -> 
 
 
 def test_copy_bandwidth_is_a_plausible_rate() -> None:
-    assert 1e8 < nmt.roof.copy_bandwidth(torch.device("cpu"), megabytes=8, repeats=2) < 1e13
+    assert 1e8 < nmt.perf.roof.copy_bandwidth(torch.device("cpu"), megabytes=8, repeats=2) < 1e13

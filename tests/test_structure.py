@@ -1,7 +1,9 @@
 """The package's layering, read from the source (AST), not from what happens to be imported at run time:
 
-- the core of ``nmt`` never imports the reproduction study (``nmt.experiments``); only the study itself and the
-  command-line layer (``nmt.commands``) do;
+- the core of ``nmt`` never imports the reproduction study (``nmt.experiments``), the measurement package
+  (``nmt.perf``) or the GPU check (``nmt.gpucheck``); only those, and the command-line layer (``nmt.commands``), do;
+- ``nmt.modules`` is plain maths: no ``torch.autograd.Function``, and none of the speed wing (``nmt.kernels``), the
+  hardware probe, the allocator, the runtime or the measurement package;
 - no import cycle among ``nmt``'s modules (imports inside functions included: a cycle hidden in a function body is
   still a cycle in the design).
 """
@@ -15,7 +17,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nmt"
 EXPERIMENTS = "nmt.experiments"
-MAY_IMPORT_EXPERIMENTS = ("nmt.experiments", "nmt.commands")
+# the study, the measurements and the GPU check sit above the core, beside the command line
+OUTSIDE_CORE = ("nmt.experiments", "nmt.perf", "nmt.gpucheck", "nmt.commands")
+MODULES = "nmt.modules"
+NOT_IN_MODULES = ("nmt.kernels", "nmt.hardware", "nmt.allocator", "nmt.runtime", "nmt.perf", "nmt.gpucheck")
 
 
 def module_name(path: Path) -> str:
@@ -43,11 +48,40 @@ def import_graph() -> dict[str, set[str]]:
             for name, path in paths.items()}
 
 
-def test_core_never_imports_experiments() -> None:
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(f"{p}.") for p in packages)
+
+
+def test_core_never_imports_the_study_the_measurements_or_the_gpu_check() -> None:
+    outside = ("nmt.experiments", "nmt.perf", "nmt.gpucheck")
     offenders = sorted(f"{name} imports {target}" for name, targets in import_graph().items()
-                       if not name.startswith(MAY_IMPORT_EXPERIMENTS)
-                       for target in targets if target == EXPERIMENTS or target.startswith(f"{EXPERIMENTS}."))
+                       if not _within(name, OUTSIDE_CORE)
+                       for target in targets if _within(target, outside))
     assert offenders == []
+
+
+def test_the_measurements_never_import_the_study_except_the_gpu_check() -> None:
+    offenders = sorted(f"{name} imports {target}" for name, targets in import_graph().items()
+                       if _within(name, ("nmt.perf",)) for target in targets if _within(target, (EXPERIMENTS,)))
+    assert offenders == []
+
+
+def test_modules_are_plain_maths() -> None:
+    graph = import_graph()
+    offenders = sorted(f"{name} imports {target}" for name, targets in graph.items() if _within(name, (MODULES,))
+                       for target in targets if _within(target, NOT_IN_MODULES))
+    assert offenders == []
+    functions = []
+    for path in (PACKAGE / "modules").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("autograd.Function")
+                                                      for base in node.bases):
+                functions.append(f"{path.name}:{node.name}")
+    assert functions == []
+
+
+def test_no_measurement_module_at_the_top_level() -> None:
+    assert not (PACKAGE / "bench.py").exists() and not (PACKAGE / "roof.py").exists()
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from nmt.bench import BenchSettings
 from nmt.commands import add_quiet
+from nmt.perf.bench import BenchSettings
 
 _DEFAULTS = BenchSettings()
 
@@ -42,9 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nmt.bench import format_report, run_bench, to_json
     from nmt.config import load_config
     from nmt.errors import NmtError
+    from nmt.perf.bench import format_report, run_bench, to_json
 
     for name in ("steps", "repeats", "beam") if not args.epoch else ("repeats", "beam"):
         if getattr(args, name) < 1:

@@ -3,7 +3,8 @@ then the test set decoded with beam 4 and scored with the papers' tokenized BLEU
 
 Training runs as a real ``nmt train`` process with ``train.max_minutes`` set to the time left; dev BLEU (beam 4, all
 dev sentences) is evaluated every ``--eval-every`` updates. The time to the papers' stop rule is extrapolated from
-the measured seconds per update (evaluations included) and the typical run of :func:`nmt.bench.typical_run`.
+the measured seconds per update (evaluations included) and the typical run of
+:func:`nmt.experiments.typical_run.typical_run`.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def score_test(settings: Settings, best: Path) -> dict[str, Any]:
 
 
 def extrapolate(settings: Settings, seconds_per_update: float) -> dict[str, Any]:
-    """Hours to the stop rule at the measured rate, for the typical run of :func:`nmt.bench.typical_run`."""
-    from nmt.bench import typical_run_of
+    """Hours to the stop rule at the measured rate, for the typical run of
+    :func:`nmt.experiments.typical_run.typical_run`."""
     from nmt.config import load_config
+    from nmt.experiments.typical_run import typical_run_of
 
     per_epoch, epochs, updates = typical_run_of(load_config(settings.paper_config, settings.paper_overrides))
     return {"updates_per_epoch": per_epoch, "assumed_epochs": epochs, "assumed_updates": updates,

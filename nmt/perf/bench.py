@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import platform
 import resource
@@ -30,7 +29,7 @@ import torch
 from nmt.config import Config
 from nmt.hardware import describe_machine, machine_info
 from nmt.loader import BatchLoader
-from nmt.roof import copy_bandwidth
+from nmt.perf.roof import copy_bandwidth
 from nmt.runtime import Runtime, setup, teardown
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ class BenchSettings:
         checkpoint: decode with these trained weights instead of the freshly trained-for-a-few-steps model (an
             untrained model rambles until the length limit, which is slower than real decoding).
         roof_samples: updates (spread over the timed ones) on which the step is compared with its matmul roof
-            (:mod:`nmt.roof`); 0 skips it.
+            (:mod:`nmt.perf.roof`); 0 skips it.
     """
 
     steps: int | None = 20
@@ -133,11 +132,11 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
 
 
 def matmul_roof(trainer: Trainer, updates: list[list[Batch]], bandwidth: float) -> dict[str, Any]:
-    """The training step against its matmul roof (:mod:`nmt.roof`) on ``updates``: each is timed once through
+    """The training step against its matmul roof (:mod:`nmt.perf.roof`) on ``updates``: each is timed once through
     ``train_step`` (after one untimed run of it), and run once more to record its matmuls and the traffic of its
-    other operations, which the machine's copy ``bandwidth`` (bytes/s, :func:`nmt.roof.copy_bandwidth`) turns into
+    other operations, which the machine's copy ``bandwidth`` (bytes/s, :func:`nmt.perf.roof.copy_bandwidth`) turns into
     the step's memory ceiling."""
-    from nmt.roof import Traffic, record_step, roof_report
+    from nmt.perf.roof import Traffic, record_step, roof_report
 
     device = trainer.rt.device
     seconds, matmuls, traffic = 0.0, [], Traffic()  # matmuls: one list per update, replayed on its own
@@ -321,7 +320,7 @@ def roof_lines(roof: dict[str, Any] | None) -> list[str]:
 
 
 def memory_ceiling_lines(roof: dict[str, Any]) -> list[str]:
-    """The memory-ceiling line of the report (:mod:`nmt.roof`; none when the traffic was not recorded)."""
+    """The memory-ceiling line of the report (:mod:`nmt.perf.roof`; none when the traffic was not recorded)."""
     if "memory_ceiling" not in roof:
         return []
     per_update = roof["updates"] or 1
@@ -334,32 +333,3 @@ def memory_ceiling_lines(roof: dict[str, Any]) -> list[str]:
 
 def to_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2)
-
-
-# A "typical" paper-scale run (the papers train until the learning rate has decayed below stop_lr on dev-BLEU
-# plateaus, or max_epochs, which has no closed form): 50 epochs, but never fewer than 3 x warmup_steps updates (the
-# warmup itself plus the plateau decays that follow it; gl-en's 8000 warmup steps are already ~80 of its epochs),
-# and never more than train.max_epochs. Used by nmt.experiments.paper_hours and scripts/gpu_check.
-TYPICAL_EPOCHS = 50
-WARMUP_MULTIPLE = 3
-
-
-def typical_run(cfg: Config, per_epoch: int) -> tuple[int, int]:
-    """``(epochs, updates)`` of a typical run of ``cfg`` with ``per_epoch`` updates per epoch: :data:`TYPICAL_EPOCHS`,
-    at least :data:`WARMUP_MULTIPLE` x warmup_steps updates, at most ``train.max_epochs``."""
-    epochs = min(max(TYPICAL_EPOCHS, math.ceil(WARMUP_MULTIPLE * cfg.train.warmup_steps / per_epoch)),
-                 cfg.train.max_epochs)
-    return epochs, epochs * per_epoch
-
-
-def typical_run_of(cfg: Config) -> tuple[int, int, int]:
-    """``(updates per epoch, epochs, updates)`` of a typical run of ``cfg`` on its prepared data (see
-    :func:`typical_run`)."""
-    from nmt.data.batching import make_batches
-    from nmt.train_data import load_training_data
-
-    src_lens, tgt_lens = load_training_data(cfg).train.lengths()
-    batches = make_batches(src_lens, tgt_lens, cfg.train.max_tokens, cfg.train.seed, 1)
-    per_epoch = max(len(batches) // cfg.train.update_freq, 1)
-    return (per_epoch, *typical_run(cfg, per_epoch))
-
