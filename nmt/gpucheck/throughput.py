@@ -1,9 +1,9 @@
 """The ``throughput`` phase of ``scripts/gpu_check``: the papers' 6+6-layer d512 model at 4096-token batches.
 
 Training is timed through :func:`nmt.perf.bench.time_training` (the real training step) in bf16 and in fp32 (TF32
-matmuls on CUDA), then the bf16 batch is doubled until it no longer fits (or the phase's time is up). Model FLOP utilisation
-(MFU) is the model's useful arithmetic, counted on real (non-PAD) tokens by :func:`training_flops`, per second,
-over the GPU's dense peak rate for that arithmetic (:data:`PEAK_TFLOPS`).
+matmuls on CUDA), then the bf16 batch is doubled until it no longer fits (or the phase's time is up). Model FLOP
+utilisation (MFU) is the model's useful arithmetic, counted on real (non-PAD) tokens by :func:`training_flops`, per
+second, over the GPU's dense peak rate for that arithmetic (:data:`PEAK_TFLOPS`).
 """
 
 from __future__ import annotations
