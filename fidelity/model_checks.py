@@ -37,6 +37,7 @@ from nmt import kernels
 from nmt.config import Config, load_config
 from nmt.loss import label_smoothed_nll
 from nmt.model import Transformer, build_model
+from nmt.model_spec import ModelSpec
 from nmt.optim import build_optimizer
 from nmt.vocab import PAD
 
@@ -230,7 +231,8 @@ def _models(system: str, shape: str, setting: Setting, dtype: torch.dtype
         raise ValueError(f"{shape}: the paper config must enable model.logit_mask and model.lang_embedding")
     official = build_official(fork, args, seed=setting.seed).to(dtype)
     mask = _random_mask(setting.vocab, torch.Generator().manual_seed(setting.seed))
-    ours = kernels.accelerate(build_model(config.model, setting.vocab, None))  # the model the trainer trains
+    spec = ModelSpec.resolve(config.model, setting.vocab, None)
+    ours = kernels.accelerate(build_model(config.model, spec))  # the model the trainer trains
     convert_model(official, ours, logit_mask=mask)
     ours.to(dtype)
     if dtype == torch.float64:  # the official table is computed in float32 (angles included); use it as is
@@ -304,7 +306,7 @@ def init_row(system: str, shape: str, setting: Setting = Setting()) -> Row:
     official = build_official(fork, official_args(fork, config, setting.vocab, configuration=configuration),
                               seed=setting.seed)
     torch.manual_seed(setting.seed + 1)
-    ours = build_model(config.model, setting.vocab, None)
+    ours = build_model(config.model, ModelSpec.resolve(config.model, setting.vocab, None))
     theirs = official_to_ours(dict(official.named_parameters()), entries_for(ours))
     worst, where = 0.0, ""
     for name, reference in theirs.items():

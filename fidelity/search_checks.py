@@ -34,6 +34,7 @@ from nmt import kernels
 from nmt.config import Config, load_config
 from nmt.evaluate import tokenized_bleu
 from nmt.model import Transformer, build_model
+from nmt.model_spec import ModelSpec
 from nmt.search import Hypothesis, beam_search
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -182,7 +183,7 @@ def build_pair(setting: Setting, official: Official) -> tuple[torch.nn.Module, T
     loss = train_official(model, train, mask, setting)
     with torch.no_grad():
         model.get_parameter("out_bias")[OFFICIAL_EOS] += setting.eos_bias
-    ours = kernels.accelerate(build_model(config.model, vocab, 79.0))  # as restore_model builds it
+    ours = kernels.accelerate(build_model(config.model, ModelSpec(vocab, 79.0)))  # as restore_model builds it
     convert_model(model, ours, logit_mask=mask)
     return model, ours.eval(), config, mask, loss
 

@@ -4,7 +4,8 @@ Public API for scripting experiments::
 
     import nmt
     cfg = nmt.load_config("gl-en", overrides=["model.d_model=256"])  # a packaged config by name, or a YAML path
-    model = nmt.build_model(cfg.model, vocab_size=8000, qknorm_length=79)
+    spec = nmt.ModelSpec.resolve(cfg.model, vocab_size=8000, data_length=79)  # QKNorm L: config key, else data
+    model = nmt.build_model(cfg.model, spec)
     translator = nmt.Translator.from_checkpoint("runs/gl-en/checkpoint_best.pt")
     translator.translate(["Ola mundo ."], pretokenized=True)
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from nmt.config import Config, config_from_dict, load_config
 
-__all__ = ["Config", "Translator", "build_model", "config_from_dict", "load_config", "train"]
+__all__ = ["Config", "ModelSpec", "Translator", "build_model", "config_from_dict", "load_config", "train"]
 __version__ = "0.1.0"
 
 
@@ -25,6 +26,10 @@ def __getattr__(name: str) -> Any:
         from nmt.model import build_model
 
         return build_model
+    if name == "ModelSpec":
+        from nmt.model_spec import ModelSpec
+
+        return ModelSpec
     if name == "Translator":
         from nmt.translate import Translator
 

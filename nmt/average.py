@@ -18,6 +18,7 @@ import torch
 
 from nmt.checkpoint import load_checkpoint, model_payload, tensor_to_bytes
 from nmt.errors import NmtError
+from nmt.model_spec import ModelSpec
 
 NON_ARCHITECTURE = ("dropout", "attn_dropout", "act_dropout", "word_dropout")
 
@@ -79,8 +80,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     for key in ("spm", "vocab_size"):
         if key not in first:
             raise NmtError(f"checkpoint {paths[0]} has no '{key}' entry (not a complete nmt checkpoint)")
-    result = model_payload(average_state_dicts([payload["model"] for payload in payloads]), first["config"],
-                           tensor_to_bytes(first["spm"]), int(first["vocab_size"]), first.get("qknorm_length"),
-                           int(first.get("step", 0)), int(first.get("epoch", 0)))
+    spm = tensor_to_bytes(first["spm"])
+    result = model_payload(average_state_dicts([payload["model"] for payload in payloads]), first["config"], spm,
+                           ModelSpec.from_payload(first, spm), int(first.get("step", 0)), int(first.get("epoch", 0)))
     result["averaged_from"] = [str(path) for path in paths]
     return result

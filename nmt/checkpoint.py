@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nmt import kernels
 from nmt.atomic import TMP_SUFFIX, atomic_write_bytes
 from nmt.errors import NmtError
+from nmt.model_spec import ModelSpec
 
 __all__ = ["TMP_SUFFIX", "atomic_write_bytes", "checkpoint_bytes", "load_checkpoint", "remove_temporaries",
            "save_checkpoint"]
@@ -96,21 +96,21 @@ def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
     return bytes(tensor.cpu().numpy().tobytes())
 
 
-def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: bytes, vocab_size: int,
-                  qknorm_length: float | None, step: int = 0, epoch: int = 0) -> dict[str, Any]:
+def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: bytes, spec: ModelSpec,
+                  step: int = 0, epoch: int = 0) -> dict[str, Any]:
     """The entries every checkpoint has, enough to translate (:func:`restore_model`); training adds its state.
 
     Args:
         state: the model's ``state_dict()``.
         config: the resolved config as a plain dict (:func:`nmt.config.config_to_dict`).
         spm: the SentencePiece model's bytes.
-        vocab_size: the vocabulary size the model was built with.
-        qknorm_length: QKNorm's L (None without QKNorm).
+        spec: what the model was built from (:meth:`nmt.model_spec.ModelSpec.payload`: ``vocab_size``,
+            ``qknorm_length``, ``spm_sha256``).
         step: training updates behind the weights.
         epoch: the epoch they were reached in.
     """
-    return {"model": state, "config": config, "spm": bytes_to_tensor(spm), "vocab_size": vocab_size,
-            "qknorm_length": qknorm_length, "step": step, "epoch": epoch}
+    return {"model": state, "config": config, "spm": bytes_to_tensor(spm), **spec.payload(), "step": step,
+            "epoch": epoch}
 
 
 if TYPE_CHECKING:  # imported lazily below: the model and tokenizer are not needed to read or write checkpoints
@@ -135,6 +135,7 @@ def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *
     Raises:
         NmtError: the config is invalid or the state dict does not match the architecture it describes.
     """
+    from nmt import kernels
     from nmt.config import config_from_dict
     from nmt.data.bpe import SentencePieceTokenizer
     from nmt.model import build_model
@@ -147,11 +148,12 @@ def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *
         config = config_from_dict(payload["config"])
     except NmtError as exc:
         raise NmtError(f"checkpoint {name}: {exc}") from None
-    model = build_model(config.model, int(payload["vocab_size"]), payload.get("qknorm_length"))
+    spm = tensor_to_bytes(payload["spm"])
+    model = build_model(config.model, ModelSpec.from_payload(payload, spm))
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as exc:
         detail = " ".join(str(exc).split())
         raise NmtError(f"checkpoint {name} does not match the architecture in its config ({detail[:300]})") from None
     kernels.accelerate(model).to(device).eval()
-    return model, config, SentencePieceTokenizer(tensor_to_bytes(payload["spm"]))
+    return model, config, SentencePieceTokenizer(spm)

@@ -334,23 +334,6 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
-def resolve_qknorm_length(preferred: float | None, fallback: float | None) -> float:
-    """QKNorm's L (its initial gain is ``log2(L^2 - L)``): ``preferred`` when set, else ``fallback``. The one place L
-    is resolved and checked: training prefers ``model.qknorm_length`` over the prepared data's 97.5th-percentile
-    length; :func:`nmt.model.build_model` prefers the L its caller resolved over ``model.qknorm_length``.
-
-    Raises:
-        NmtError: neither is known, or L is not > 1.
-    """
-    length = preferred if preferred is not None else fallback
-    if length is None:
-        raise NmtError("model.attention is qknorm but model.qknorm_length is unset and no data length was given; "
-                       "set model.qknorm_length (the L of g0 = log2(L^2 - L))")
-    if not length > 1:
-        raise NmtError(f"config key 'model.qknorm_length': L={length} must be > 1")
-    return float(length)
-
-
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         raise NmtError(f"config key '{key}': {value} must be {'>= 0' if allow_zero else '> 0'}")
@@ -386,8 +369,8 @@ def validate(config: Config) -> None:
     for key, value in rates:
         if not 0.0 <= value < 1.0:
             raise NmtError(f"config key '{key}': {value} must be in [0, 1)")
-    if m.qknorm_length is not None:
-        resolve_qknorm_length(m.qknorm_length, None)
+    if m.qknorm_length is not None and not m.qknorm_length > 1:
+        raise NmtError(f"config key 'model.qknorm_length': L={m.qknorm_length} must be > 1")
     if t.init_reset:
         init_reset_names(t.init_reset)
     if d.length_norm != "gnmt" and d.search != "fairseq":

@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.config import ModelConfig, resolve_qknorm_length
+from nmt.config import ModelConfig
 from nmt.decoder_state import CACHE_GROW, DecoderState
 from nmt.kernels.incremental import decoder_layer_step
+from nmt.model_spec import ModelSpec
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.modules.feedforward import FeedForward
@@ -241,27 +242,24 @@ def _xavier_init(model: Transformer) -> None:
 INITS: dict[str, Callable[[Transformer], None]] = {"smallinit": _small_init, "xavier": _xavier_init}
 
 
-def build_model(
-    cfg: ModelConfig, vocab_size: int, qknorm_length: float | None, logit_mask: Tensor | None = None
-) -> Transformer:
-    """Build the Transformer described by ``cfg``.
+def build_model(cfg: ModelConfig, spec: ModelSpec) -> Transformer:
+    """Build the plain Transformer described by ``cfg`` for the data described by ``spec``.
 
     Args:
         cfg: the model section of the config.
-        vocab_size: size of the joint vocabulary.
-        qknorm_length: L for QKNorm's initial gain log2(L^2 - L), resolved by the caller (``model.qknorm_length``
-            if set, else the prepared data's ``length_p975``); falls back to ``cfg.qknorm_length`` when None
-            (:func:`nmt.config.resolve_qknorm_length`). Only scorers with ``needs_length`` use it.
-        logit_mask: with ``cfg.logit_mask``, the target types that may be predicted (V,) bool, usually
-            :func:`nmt.train_data.target_vocabulary`; None leaves every type allowed until a checkpoint's buffer
-            is loaded. Ignored without ``cfg.logit_mask``.
+        spec: the vocabulary size, QKNorm's L (used only by scorers with ``needs_length``) and, with
+            ``cfg.logit_mask``, the target types that may be predicted (None leaves every type allowed until a
+            checkpoint's buffer is loaded), resolved once by :meth:`~nmt.model_spec.ModelSpec.resolve` or read from
+            a checkpoint by :meth:`~nmt.model_spec.ModelSpec.from_payload`.
+
+    The trainer and :func:`nmt.checkpoint.restore_model` then apply :func:`nmt.kernels.accelerate`.
 
     Raises:
-        NmtError: QKNorm is selected but no length is known.
+        NmtError: QKNorm is selected but ``spec`` has no length.
     """
     d, pre = cfg.d_model, cfg.norm_position == "pre"
     norm, scoring = NORMS[cfg.norm], ATTENTIONS[cfg.attention]
-    length = resolve_qknorm_length(qknorm_length, cfg.qknorm_length) if scoring.needs_length else None
+    length = spec.length_for(cfg.attention) if scoring.needs_length else None
 
     def attention() -> MultiHeadAttention:
         return MultiHeadAttention(d, cfg.n_heads, scoring(d // cfg.n_heads, length), cfg.attn_dropout)
@@ -282,10 +280,10 @@ def build_model(
          for _ in range(cfg.dec_layers)],
         final_norm(),
     )
-    embed = TiedEmbedding(vocab_size, d, cfg.fixnorm, cfg.max_positions, cfg.dropout, cfg.word_dropout,
+    embed = TiedEmbedding(spec.vocab_size, d, cfg.fixnorm, cfg.max_positions, cfg.dropout, cfg.word_dropout,
                           cfg.lang_embedding, cfg.logit_mask)
-    if cfg.logit_mask and logit_mask is not None:
-        embed.set_logit_mask(logit_mask)
+    if cfg.logit_mask and spec.logit_mask is not None:
+        embed.set_logit_mask(spec.logit_mask)
     model = Transformer(embed, encoder, decoder)
     INITS[cfg.init](model)
     return model

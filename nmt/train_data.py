@@ -9,27 +9,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nmt.config import Config, resolve_qknorm_length
+from nmt.config import Config
 from nmt.data.batching import ParallelData
 from nmt.data.binarized import load_split
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.settings import check_prepared
 from nmt.errors import NmtError
+from nmt.model_spec import ModelSpec
 from nmt.validation import DevSet
 from nmt.vocab import EOS, UNK
 
 
 @dataclass(frozen=True)
 class TrainingData:
+    """A run's data: the training pairs within ``data.max_len`` (``dropped_long`` were longer), the dev set, the
+    SentencePiece model and the :class:`~nmt.model_spec.ModelSpec` resolved from them (its logit mask: the types
+    of the training target side, plus UNK and EOS)."""
+
     train: ParallelData
     dev: DevSet
     dropped_long: int
-    vocab_size: int
-    qknorm_length: float
-    qknorm_length_source: str
+    spec: ModelSpec
     spm_bytes: bytes
     tokenizer: SentencePieceTokenizer
-    target_vocabulary: torch.Tensor  # (V,) bool: types seen on the training target side, plus UNK and EOS
 
 
 def target_vocabulary(targets: list[np.ndarray], vocab_size: int) -> torch.Tensor:
@@ -68,10 +70,8 @@ def load_training_data(cfg: Config) -> TrainingData:
     references = refs_path.read_text(encoding="utf-8").splitlines()
     n = cfg.train.eval_sentences or len(dev)
     dev = ParallelData(dev.src[:n], dev.tgt[:n])
-    length = resolve_qknorm_length(cfg.model.qknorm_length, float(meta["length_p975"]))
-    source = ("config model.qknorm_length" if cfg.model.qknorm_length is not None
-              else f"97.5th percentile of {pair_dir}/train lengths")
     spm_path = pair_dir / "spm.model"
     spm_bytes = spm_path.read_bytes()
-    return TrainingData(train, DevSet(dev, references[:n]), dropped, int(meta["vocab_size"]), length, source,
-                        spm_bytes, SentencePieceTokenizer(spm_path), keep)
+    spec = ModelSpec.resolve(cfg.model, int(meta["vocab_size"]), float(meta["length_p975"]), spm=spm_bytes,
+                             logit_mask=keep, data_name=f"{pair_dir}/train")
+    return TrainingData(train, DevSet(dev, references[:n]), dropped, spec, spm_bytes, SentencePieceTokenizer(spm_path))

@@ -8,6 +8,7 @@ import torch
 
 from nmt import config
 from nmt.model import build_model
+from nmt.model_spec import ModelSpec
 from nmt.vocab import BOS, EOS, PAD
 
 V = 40
@@ -18,7 +19,7 @@ def _model(system: str, dropout: float) -> torch.nn.Module:
         enc_layers=1, dec_layers=1, d_model=32, d_ff=64, n_heads=4, dropout=dropout, word_dropout=0.0,
         max_positions=64)})
     torch.manual_seed(0)
-    return build_model(cfg.model, V, 12.0)
+    return build_model(cfg.model, ModelSpec(V, 12.0))
 
 
 def _batch(lengths: list[int], first: int | None = None) -> torch.Tensor:

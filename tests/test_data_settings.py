@@ -22,7 +22,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_matching_config_loads(data_dir: Path, tmp_path: Path) -> None:
     data = load_training_data(config_from_dict(tiny_config(data_dir, tmp_path)))
-    assert data.vocab_size == 48
+    assert data.spec.vocab_size == 48
 
 
 def test_train_refuses_another_bpe_size_in_one_line(data_dir: Path, tmp_path: Path,

@@ -94,17 +94,17 @@ def test_figures_leave_the_device_at_log_intervals(data_dir: Path, tmp_path: Pat
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Each update's loss and gradient norm wait on the device; log lines still show every log_every-th update's own
     figures, also when the pending list filled up and was read just before a log step."""
-    import nmt.train
+    import nmt.training.updates
 
-    monkeypatch.setattr(nmt.train, "MAX_PENDING", 3)
+    monkeypatch.setattr(nmt.training.updates, "MAX_PENDING", 3)
     reads: list[int] = []
-    real_settle = nmt.train.Trainer.settle
+    real_settle = nmt.training.updates.Updates.settle
 
-    def settle(self: nmt.train.Trainer) -> dict[str, float] | None:
+    def settle(self: nmt.training.updates.Updates) -> dict[str, float] | None:
         reads.append(len(self.pending))
         return real_settle(self)
 
-    monkeypatch.setattr(nmt.train.Trainer, "settle", settle)
+    monkeypatch.setattr(nmt.training.updates.Updates, "settle", settle)
     run(data_dir, tmp_path / "run", max_steps=12, eval_every=100, log_every=6)
     lines = [line for line in (tmp_path / "run" / "train.log").read_text().splitlines() if "| loss " in line]
     assert [line.split(" | ")[0].split()[-1] for line in lines] == ["6", "12"]

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from nmt import config
 from nmt.config import config_from_dict
 from nmt.model import build_model
+from nmt.model_spec import ModelSpec
 from nmt.modules.attention import ATTENTIONS, Scoring
 from nmt.modules.norms import NORMS
 from nmt.optim import SCHEDULES, LRController
@@ -54,7 +55,7 @@ def test_adding_a_norm(monkeypatch: pytest.MonkeyPatch) -> None:
         config_from_dict({"model": {**TINY, "norm": "centernorm"}})
     monkeypatch.setitem(NORMS, "centernorm", CenterNorm)  # the registry line
     cfg = config_from_dict({"model": {**TINY, "norm": "centernorm", "attention": "scaled_dot"}})
-    model = build_model(cfg.model, V, None)
+    model = build_model(cfg.model, ModelSpec(V))
     assert any(isinstance(m, CenterNorm) for m in model.modules())
     assert _translate_one(model).shape == (1, 3, V)
 
@@ -62,7 +63,7 @@ def test_adding_a_norm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_adding_an_attention_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(ATTENTIONS, "half_scaled", HalfScaled)
     cfg = config_from_dict({"model": {**TINY, "attention": "half_scaled"}})
-    model = build_model(cfg.model, V, None)  # no QKNorm length needed: HalfScaled.needs_length is False
+    model = build_model(cfg.model, ModelSpec(V))  # no QKNorm length needed: HalfScaled.needs_length is False
     scorers = [attn.scoring for attn in model.attention_modules().values()]
     assert len(scorers) == 6 and all(isinstance(s, HalfScaled) for s in scorers)
     model.eval()
@@ -86,6 +87,6 @@ def test_adding_a_language_pair(tmp_path: Path) -> None:
     data_dir = prepare_synthetic(tmp_path)
     cfg = config_from_dict(tiny_config(data_dir, tmp_path / "run"))
     data = load_training_data(cfg)
-    assert len(data.train) > 0 and data.vocab_size <= 64
-    model = build_model(cfg.model, data.vocab_size, data.qknorm_length)
+    assert len(data.train) > 0 and data.spec.vocab_size <= 64
+    model = build_model(cfg.model, data.spec)
     assert model.qknorm_gains()  # the data's length L initialised QKNorm

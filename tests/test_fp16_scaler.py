@@ -45,7 +45,7 @@ def test_fp16_scaler_skips_overflowing_steps_and_resumes_exactly(data_dir: Path,
     with monkeypatch.context() as patch:
         overflow_at({3, 4}, patch)
         full = trainer(data_dir, tmp_path / "full", max_steps=12)
-        assert full.scaler.is_enabled()
+        assert full.state.scaler.is_enabled()
         full.run(resume=False)
     with monkeypatch.context() as patch:
         overflow_at({3, 4}, patch)
@@ -69,11 +69,11 @@ def test_fp16_skipped_step_leaves_weights_and_adam_untouched(data_dir: Path, tmp
     chunks = t.epoch_batches(1)
     t.train_step([collate(t.data.train, chunks[0])])
     before = {k: v.clone() for k, v in t.model.state_dict().items()}
-    adam_steps = [float(s["step"]) for s in t.optimizer.state.values()]
+    adam_steps = [float(s["step"]) for s in t.state.optimizer.state.values()]
     t.train_step([collate(t.data.train, chunks[1])])
     assert t.settle() is not None and t.progress.skipped_steps == 1 and t.progress.step == 2
     assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
-    assert [float(s["step"]) for s in t.optimizer.state.values()] == adam_steps
+    assert [float(s["step"]) for s in t.state.optimizer.state.values()] == adam_steps
 
 
 def test_fp16_clips_the_unscaled_gradient(data_dir: Path, tmp_path: Path) -> None:

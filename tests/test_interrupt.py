@@ -18,6 +18,7 @@ import torch
 import yaml
 
 import nmt.train
+import nmt.training.updates
 from nmt import cli
 from nmt.checkpoint import load_checkpoint
 from nmt.config import config_from_dict
@@ -78,7 +79,7 @@ def test_signal_saves_checkpoint_and_resume_continues(signum: int, data_dir: Pat
 def corrupt_loss(hit: Callable[[int], bool], factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """Multiply the training loss by ``factor`` (inf, nan) at the training batches (1-based) where ``hit`` holds, as
     when fp16 activations overflow."""
-    real = nmt.train.label_smoothed_nll
+    real = nmt.training.updates.label_smoothed_nll
     seen = [0]
 
     def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
@@ -87,7 +88,7 @@ def corrupt_loss(hit: Callable[[int], bool], factor: float, monkeypatch: pytest.
         value, nll = real(logits, target, epsilon, keep)
         return (value * factor, nll) if hit(seen[0]) else (value, nll)
 
-    monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)
+    monkeypatch.setattr(nmt.training.updates, "label_smoothed_nll", loss)
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -130,7 +131,7 @@ def test_exploding_learning_rate_keeps_the_checkpoint_from_before(data_dir: Path
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 with a gradient scaler needs CUDA")
 def test_fp16_skips_non_finite_steps(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = nmt.train.label_smoothed_nll
+    real = nmt.training.updates.label_smoothed_nll
     seen = [0]
 
     def loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
@@ -139,7 +140,7 @@ def test_fp16_skips_non_finite_steps(data_dir: Path, tmp_path: Path, monkeypatch
         value, nll = real(logits, target, epsilon, keep)
         return (value * math.inf, nll) if seen[0] in (3, 4) else (value, nll)
 
-    monkeypatch.setattr(nmt.train, "label_smoothed_nll", loss)
+    monkeypatch.setattr(nmt.training.updates, "label_smoothed_nll", loss)
     tree = tiny_config(data_dir, tmp_path / "run", device="cuda", precision="fp16", max_steps=10, eval_every=10,
                        eval_sentences=4)
     result = nmt.train.train(config_from_dict(tree))

@@ -19,6 +19,7 @@ from nmt import config, kernels
 from nmt.kernels.attention import FastAttention, FastQKNorm
 from nmt.kernels.linear import PaddedLinear
 from nmt.model import Transformer, build_model
+from nmt.model_spec import ModelSpec
 from nmt.modules.attention import MultiHeadAttention, Scoring
 from nmt.search import beam_search
 
@@ -32,7 +33,7 @@ SYSTEMS = sorted(set(config.SYSTEMS) - {"custom"})
 def _pair(system: str, **model: Any) -> tuple[Transformer, Transformer]:
     cfg = config.config_from_dict({"system": system, "model": {**TINY, **model}})
     torch.manual_seed(0)
-    plain = build_model(cfg.model, V, 12.0, torch.arange(V) != 7)
+    plain = build_model(cfg.model, ModelSpec(V, 12.0, logit_mask=torch.arange(V) != 7))
     return plain, kernels.accelerate(copy.deepcopy(plain))
 
 
@@ -151,7 +152,7 @@ def test_a_model_saved_by_the_old_layout_loads_and_computes_the_same(system: str
     fixture = json.loads(FIXTURE.read_text())
     saved = fixture["models"][system]
     cfg = config.config_from_dict({"system": system, "model": saved["model"]})
-    model = build_model(cfg.model, fixture["vocab_size"], fixture["qknorm_length"])
+    model = build_model(cfg.model, ModelSpec(fixture["vocab_size"], fixture["qknorm_length"]))
     if accelerated:
         kernels.accelerate(model)
     model.load_state_dict({name: _tensor(entry) for name, entry in saved["state"].items()}, strict=True)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from nmt import config, kernels
 from nmt.errors import NmtError
 from nmt.model import INITS, Transformer, build_model
+from nmt.model_spec import ModelSpec
 from nmt.modules.embeddings import sinusoidal_positions, word_dropout
 from nmt.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
@@ -32,7 +33,7 @@ def _model(variant: str = "qknorm", vocab: int = V, length: float | None = 12.0,
     system = variant if variant in config.SYSTEMS else "custom"
     cfg = config.config_from_dict({"system": system, "model": {**TINY, **extra, **model}})
     torch.manual_seed(0)
-    return build_model(cfg.model, vocab, length)
+    return build_model(cfg.model, ModelSpec(vocab, length))
 
 
 def _batch(lengths: list[int], vocab: int = V, bos: bool = False) -> torch.Tensor:
@@ -213,16 +214,21 @@ def test_qknorm_gains_one_per_attention_module() -> None:
     assert _model("prenorm_layernorm").qknorm_gains() == {}
 
 
-def test_qknorm_length_resolution() -> None:
+def test_qknorm_length_is_resolved_once_by_the_spec() -> None:
+    """L comes from model.qknorm_length when set, else from the data (ModelSpec.resolve); build_model only reads it."""
     cfg = config.config_from_dict({"system": "qknorm", "model": TINY}).model
     with pytest.raises(NmtError, match="model.qknorm_length"):
-        build_model(cfg, V, None)
+        build_model(cfg, ModelSpec(V))
     from_cfg = config.config_from_dict({"system": "qknorm", "model": {**TINY, "qknorm_length": 10.0}}).model
-    for argument, length in [(None, 10.0), (20.0, 20.0)]:  # the caller's resolved L wins over the config's
-        gain = next(iter(build_model(from_cfg, V, argument).qknorm_gains().values()))
+    for model_cfg, data_length, length in [(from_cfg, None, 10.0), (from_cfg, 20.0, 10.0), (cfg, 20.0, 20.0)]:
+        spec = ModelSpec.resolve(model_cfg, V, data_length)
+        assert spec.qknorm_length == length
+        gain = next(iter(build_model(model_cfg, spec).qknorm_gains().values()))
         assert math.isclose(gain, math.log2(length * length - length), rel_tol=1e-6)
+    with pytest.raises(NmtError, match="must be > 1"):
+        ModelSpec.resolve(cfg, V, 1.0)
     scaled = config.config_from_dict({"system": "prenorm_layernorm", "model": TINY}).model
-    build_model(scaled, V, None)  # no length needed without QKNorm
+    build_model(scaled, ModelSpec(V))  # no length needed without QKNorm
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

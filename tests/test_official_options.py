@@ -15,6 +15,7 @@ from nmt import config
 from nmt.config import config_to_dict, load_config
 from nmt.loss import label_smoothed_nll
 from nmt.model import Transformer, build_model
+from nmt.model_spec import ModelSpec
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.feedforward import FeedForward
 from nmt.search import beam_search
@@ -31,7 +32,7 @@ PAPER_PAIRS = ["gl-en", "sk-en", "en-vi", "en-he", "ar-en"]
 def _model(system: str = "qknorm", keep: torch.Tensor | None = None, **model: Any) -> Transformer:
     cfg = config.config_from_dict({"system": system, "model": {**TINY, **model}})
     torch.manual_seed(0)
-    return build_model(cfg.model, V, 12.0, keep)
+    return build_model(cfg.model, ModelSpec(V, 12.0, logit_mask=keep))
 
 
 def _batch(lengths: list[int], bos: bool = False) -> torch.Tensor:
@@ -150,16 +151,16 @@ def test_masked_logits_stay_finite_under_autocast(dtype: torch.dtype) -> None:
 
 def test_logit_mask_round_trips_through_a_checkpoint_and_old_ones_still_load() -> None:
     cfg = config.config_from_dict({"system": "qknorm", "model": {**TINY, "logit_mask": True, "lang_embedding": True}})
-    state = build_model(cfg.model, V, 12.0, _keep()).state_dict()
+    state = build_model(cfg.model, ModelSpec(V, 12.0, logit_mask=_keep())).state_dict()
     # what restore_model does: rebuild from the checkpoint's config alone (no data), then load the state
-    restored = build_model(config.config_from_dict(config_to_dict(cfg)).model, V, 12.0)
+    restored = build_model(config.config_from_dict(config_to_dict(cfg)).model, ModelSpec(V, 12.0))
     assert restored.logit_mask is not None and restored.logit_mask.all()
     restored.load_state_dict(state)
     assert torch.equal(restored.logit_mask, _keep())
     old_cfg = config_to_dict(config.config_from_dict({"system": "qknorm", "model": TINY}))
     for key in ("logit_mask", "lang_embedding"):  # a checkpoint written before these options existed
         del old_cfg["model"][key]
-    old = build_model(config.config_from_dict(old_cfg).model, V, 12.0)
+    old = build_model(config.config_from_dict(old_cfg).model, ModelSpec(V, 12.0))
     assert old.logit_mask is None and old.embed.lang_embedding is None
     old.load_state_dict(_model().state_dict())
 
@@ -170,7 +171,7 @@ def test_paper_configs_use_the_official_dropout_sites_and_options(pair: str) -> 
     m = cfg.model
     assert m.attn_dropout == m.act_dropout == m.dropout == (0.4 if pair == "gl-en" else 0.3)
     assert m.lang_embedding and m.logit_mask
-    model = build_model(m.__class__(**{**m.__dict__, "d_model": 32, "d_ff": 64, "n_heads": 4}), V, 12.0)
+    model = build_model(m.__class__(**{**m.__dict__, "d_model": 32, "d_ff": 64, "n_heads": 4}), ModelSpec(V, 12.0))
     attention = [mod for mod in model.modules() if isinstance(mod, MultiHeadAttention)]
     assert attention and all(a.dropout == m.dropout for a in attention)
     assert all(f.act_dropout == m.dropout for f in model.modules() if isinstance(f, FeedForward))
@@ -186,7 +187,7 @@ def test_training_stores_the_data_target_vocabulary_and_decoding_respects_it(tmp
     tree["model"].update(logit_mask=True, lang_embedding=True, attn_dropout=0.1, act_dropout=0.1)
     cfg = config.config_from_dict(tree)
     train(cfg)
-    keep = load_training_data(cfg).target_vocabulary
+    keep = load_training_data(cfg).spec.logit_mask
     assert 0 < int(keep.sum()) < keep.numel() - 10  # the source-only pieces of the synthetic pair are masked
     model, _, tokenizer = restore_model(load_checkpoint(tmp_path / "run" / "checkpoint_last.pt"))
     assert model.logit_mask is not None and torch.equal(model.logit_mask, keep)

@@ -15,6 +15,7 @@ from nmt.checkpoint import load_checkpoint, restore_model
 from nmt.config import DecodeConfig
 from nmt.errors import NmtError
 from nmt.model import Transformer
+from nmt.model_spec import ModelSpec
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.quantize import DecodeSpeeds, choose_decode_precision, int8_engine, is_quantized, quantize_for_decoding
 from nmt.translate import Translator
@@ -153,7 +154,7 @@ def test_int8_output_projection_keeps_the_target_vocabulary_mask() -> None:
                       attention="scaled_dot")
     keep = torch.ones(40, dtype=torch.bool)
     keep[10:20] = False
-    model = build_model(cfg, 40, None, logit_mask=keep).eval()
+    model = build_model(cfg, ModelSpec(40, logit_mask=keep)).eval()
     int8 = quantize_for_decoding(model)
     h = torch.randn(3, 32)
     logits = int8.embed.logits(h)

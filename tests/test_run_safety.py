@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import nmt.train
+import nmt.training.checkpoints
 from nmt import cli
 from nmt.checkpoint import load_checkpoint
 from nmt.config import config_from_dict
@@ -78,7 +79,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(data: Path, 
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     tree = tiny_config(data, tmp_path / "run", max_steps=30, eval_every=10, log_every=10)
-    real = nmt.train.save_checkpoint
+    real = nmt.training.checkpoints.save_checkpoint
     calls: list[str] = []
 
     def full_after_two(path: Any, payload: dict[str, Any]) -> None:
@@ -87,7 +88,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(data: Path, 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, payload)
 
-    monkeypatch.setattr(nmt.train, "save_checkpoint", full_after_two)
+    monkeypatch.setattr(nmt.training.checkpoints, "save_checkpoint", full_after_two)
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tree), encoding="utf-8")
     assert cli.main(["train", str(config), "--quiet"]) == 2
@@ -97,6 +98,6 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(data: Path, 
     kept = load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")  # the last good checkpoint loads
     assert kept["progress"]["step"] in (10, 20)
     assert not list((tmp_path / "run").glob("*.tmp"))
-    monkeypatch.setattr(nmt.train, "save_checkpoint", real)  # space freed
+    monkeypatch.setattr(nmt.training.checkpoints, "save_checkpoint", real)  # space freed
     result = nmt.train.train(config_from_dict(tree), resume=True)
     assert result["step"] == 30 and result["reason"] == "reached train.max_steps=30"

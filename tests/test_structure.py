@@ -4,6 +4,7 @@
   (``nmt.perf``) or the GPU check (``nmt.gpucheck``); only those, and the command-line layer (``nmt.commands``), do;
 - ``nmt.modules`` is plain maths: no ``torch.autograd.Function``, and none of the speed wing (``nmt.kernels``), the
   hardware probe, the allocator, the runtime or the measurement package;
+- no class over 200 lines;
 - no import cycle among ``nmt``'s modules (imports inside functions included: a cycle hidden in a function body is
   still a cycle in the design).
 """
@@ -118,3 +119,17 @@ def test_no_import_cycle() -> None:
 ])
 def test_find_cycle(graph: dict[str, set[str]], has_cycle: bool) -> None:
     assert (find_cycle(graph) is not None) == has_cycle
+
+
+MAX_CLASS_LINES = 200
+
+
+def test_no_class_is_over_200_lines() -> None:
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    long.append(f"{module_name(path)}.{node.name}: {lines} lines")
+    assert long == []

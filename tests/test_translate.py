@@ -20,6 +20,7 @@ from nmt.config import config_from_dict, config_to_dict
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
 from nmt.model import build_model
+from nmt.model_spec import ModelSpec, spm_digest
 from nmt.search import beam_search, greedy_search
 from nmt.translate import Translator, decode_batches
 
@@ -44,10 +45,10 @@ def tiny_checkpoint(directory: Path, name: str = "tiny.pt", seed: int = 0, **mod
             "decode": {"beam": 3, "max_len_a": 1.0, "max_len_b": 4, "max_tokens": 60}}
     config = config_from_dict(tree)
     torch.manual_seed(seed)
-    net = build_model(config.model, tokenizer.vocab_size, QKNORM_LENGTH)
+    net = build_model(config.model, ModelSpec(tokenizer.vocab_size, QKNORM_LENGTH))
     path = directory / name
-    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(),
-                                        tokenizer.vocab_size, QKNORM_LENGTH))
+    spec = ModelSpec(tokenizer.vocab_size, QKNORM_LENGTH, spm_digest(tokenizer.model_bytes()))
+    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(), spec))
     return path
 
 

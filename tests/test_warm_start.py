@@ -18,6 +18,7 @@ from nmt.config import config_from_dict
 from nmt.data.prepare import prepare
 from nmt.errors import NmtError
 from nmt.model import build_model
+from nmt.model_spec import ModelSpec
 from nmt.modules.attention import qknorm_gain_init
 from nmt.train import train
 from nmt.warm_start import initial_state
@@ -77,7 +78,7 @@ def test_a_warm_started_run_starts_near_its_parents_loss(parent: dict[str, Any])
 def test_init_reset_takes_gains_and_mask_from_the_new_run(parent: dict[str, Any]) -> None:
     ckpt = load_checkpoint(parent["checkpoint"])
     config = config_from_dict(yaml.safe_load(parent["config"].read_text(encoding="utf-8")))
-    ours = build_model(config.model, int(ckpt["vocab_size"]), 9.0).state_dict()
+    ours = build_model(config.model, ModelSpec(int(ckpt["vocab_size"]), 9.0)).state_dict()
     spm = tensor_to_bytes(ckpt["spm"])
     kept, note = initial_state(ckpt, parent["checkpoint"], ours, spm, Path("spm.model"), [])
     gains = [k for k in ours if k.endswith("scoring.gain")]

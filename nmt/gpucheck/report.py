@@ -4,18 +4,13 @@ figures read back by ``make train`` for its time estimate."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from nmt.atomic import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "docs" / "gpu_check.json"  # a GPU run's gpu_check.json, copied here with docs/gpu.md
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _throughput_table(result: dict[str, Any]) -> list[str]:
@@ -72,8 +67,8 @@ def render(report: dict[str, Any]) -> str:
 
 def write_report(out: Path, report: dict[str, Any]) -> None:
     """Write ``gpu_check.json`` and ``gpu_check.md`` into ``out`` (atomically: a kill leaves the previous ones)."""
-    _atomic_write(out / "gpu_check.json", json.dumps(report, indent=2, default=str) + "\n")
-    _atomic_write(out / "gpu_check.md", render(report))
+    atomic_write_text(out / "gpu_check.json", json.dumps(report, indent=2, default=str) + "\n")
+    atomic_write_text(out / "gpu_check.md", render(report))
 
 
 def measured_gpu_hours(assumed_updates: int, path: Path = MEASURED) -> str | None:

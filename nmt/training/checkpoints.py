@@ -1,0 +1,131 @@
+"""A run's checkpoints: what they hold, writing, resuming (with its compatibility checks), warm starts, pruning, and
+the run files beside them (``config.yaml``, ``spm.model``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from nmt import rng
+from nmt.checkpoint import load_checkpoint, model_payload, save_checkpoint, tensor_to_bytes
+from nmt.config import RESOLVED_KEY, config_to_dict
+from nmt.errors import NmtError
+from nmt.model_spec import spm_digest
+from nmt.training.state import Progress, RunState
+
+TRAINING_ENTRIES = ("optimizer", "scheduler", "scaler", "rng", "progress")
+
+
+def payload(run: RunState) -> dict[str, Any]:
+    """A training checkpoint: the model's entries (:func:`nmt.checkpoint.model_payload`) and the run's state."""
+    return {
+        **model_payload(run.model.state_dict(), config_to_dict(run.cfg), run.data.spm_bytes, run.data.spec,
+                        run.progress.step, run.progress.epoch),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.lr.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "rng": rng.capture(),
+        "progress": asdict(run.progress),
+    }
+
+
+def save(run: RunState, name: str) -> None:
+    """Write ``save_dir/name`` atomically (rank 0); an OSError names the checkpoint."""
+    if run.rt.is_main:
+        try:
+            save_checkpoint(run.save_dir / name, payload(run))
+        except OSError as exc:  # e.g. ENOSPC: name the checkpoint (the temporary file is already removed)
+            raise OSError(exc.errno, exc.strerror, str(run.save_dir / name)) from None
+    if name == "checkpoint_last.pt":
+        run.saved_step = run.progress.step
+
+
+def diverged(run: RunState, what: str, value: float, step: int) -> NmtError:
+    """The error that stops a run whose loss or gradients are no longer finite, before anything is saved."""
+    last = run.save_dir / "checkpoint_last.pt"
+    kept = f"{last} (step {run.saved_step}) is kept" if run.saved_step is not None else "no checkpoint written"
+    return NmtError(f"{what} became {value} at step {step}; stopped, {kept} "
+                    "(try a lower train.lr or more train.warmup_steps)")
+
+
+def restore(run: RunState, path: Path) -> None:
+    """Continue from the training checkpoint ``path``: same model and data config, same vocabulary."""
+    # Loaded into host memory: load_state_dict copies weights and optimizer state to the model's device, and
+    # the RNG states must stay on the CPU (rng.restore also copies them back there, wherever they were loaded).
+    ckpt = load_checkpoint(path, map_location="cpu")
+    for section in ("model", "data"):
+        theirs, ours = ckpt["config"].get(section), config_to_dict(run.cfg)[section]
+        if theirs != ours:
+            diff = [k for k in ours if theirs is None or theirs.get(k) != ours.get(k)]
+            raise NmtError(f"checkpoint {path} was trained with another {section} config "
+                           f"(differs in {', '.join(f'{section}.{k}' for k in diff)})")
+    check_vocabulary(run, ckpt, path)
+    missing = [k for k in TRAINING_ENTRIES if k not in ckpt]
+    if missing:
+        raise NmtError(f"checkpoint {path} has no '{missing[0]}' entry: not a training checkpoint (an averaged "
+                       "checkpoint cannot be resumed)")
+    try:
+        run.model.load_state_dict(ckpt["model"])
+    except RuntimeError as exc:
+        detail = " ".join(str(exc).split())[:300]
+        raise NmtError(f"checkpoint {path} does not fit the model of the config ({detail})") from None
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.lr.load_state_dict(ckpt["scheduler"])
+    run.scaler.load_state_dict(ckpt["scaler"])
+    run.progress = Progress(**ckpt["progress"])
+    run.saved_step = run.progress.step
+    if run.rt.rank == 0:
+        rng.restore(ckpt["rng"])
+    else:
+        rng.seed_all(run.cfg.train.seed + 1000 * run.rt.rank + run.progress.step)
+
+
+def check_vocabulary(run: RunState, ckpt: dict[str, Any], path: Path) -> None:
+    """A run resumes only on the SentencePiece model it was trained with (the data may have been re-prepared)."""
+    spm_path = Path(run.cfg.data.data_dir) / run.cfg.data.pair / "spm.model"
+    ours = run.data.spec
+    theirs = spm_digest(tensor_to_bytes(ckpt["spm"])) if "spm" in ckpt else spm_digest(b"")
+    size = int(ckpt.get("vocab_size", -1))
+    if size != ours.vocab_size or theirs != ours.spm_sha256:
+        raise NmtError(f"checkpoint {path} (vocab_size {size}, SentencePiece model sha256 {theirs[:12]}) was "
+                       f"trained on another vocabulary than the prepared data's {spm_path} (vocab_size "
+                       f"{ours.vocab_size}, sha256 {ours.spm_sha256[:12]}); resume on the data it was trained on or "
+                       "set another train.save_dir")
+
+
+def warm_start(run: RunState, path: Path) -> str:
+    """Load a parent's weights into this new run (:mod:`nmt.warm_start`); returns the log line saying so."""
+    from nmt.config import init_reset_names
+    from nmt.warm_start import initial_state
+
+    if not path.is_file():
+        raise NmtError(f"--init-from {path}: file not found" if not path.exists() else
+                       f"--init-from {path} is not a file")
+    spm_where = Path(run.cfg.data.data_dir) / run.cfg.data.pair / "spm.model"
+    state, note = initial_state(load_checkpoint(path, map_location="cpu"), path, run.model.state_dict(),
+                                run.data.spm_bytes, spm_where, init_reset_names(run.cfg.train.init_reset))
+    run.model.load_state_dict(state)
+    return note
+
+
+def prune_numbered(run: RunState) -> None:
+    """Keep the newest ``train.keep_last`` numbered checkpoints (rank 0)."""
+    keep = run.cfg.train.keep_last
+    if not run.rt.is_main or keep <= 0:
+        return
+    numbered = sorted(run.save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    for old in numbered[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def write_run_files(run: RunState) -> None:
+    """``config.yaml`` (the resolved config and the model spec's facts) and ``spm.model`` beside the checkpoints."""
+    import yaml
+
+    resolved = config_to_dict(run.cfg)
+    spec = run.data.spec
+    resolved[RESOLVED_KEY] = {"qknorm_length": spec.qknorm_length, "qknorm_length_source": spec.qknorm_length_source,
+                              "vocab_size": spec.vocab_size}
+    (run.save_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    (run.save_dir / "spm.model").write_bytes(run.data.spm_bytes)
