@@ -38,7 +38,8 @@ def default_file_mode() -> int:
 def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
     """Yield a binary handle whose content replaces ``path`` when the block ends without an exception.
 
-    The temporary file is ``.NAME.XXXX.tmp`` beside ``path``; it is deleted if the block raises.
+    The temporary file is ``.NAME.XXXX.tmp`` beside ``path``; it is deleted if the block raises, and an OSError that
+    names no file (a full disk) is raised again naming ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +51,11 @@ def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # e.g. ENOSPC from a write, which names no file: name the target
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "average": "average the parameters of several checkpoints",
     "bench": "measure training and decoding speed on prepared data",
     "attention": "plot attention heatmaps for one sentence",
+    "launch": "run train under torchrun (several processes or machines, restarts) with one-line errors",
 }
 
 
@@ -59,7 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(selected if selected in COMMANDS else None)
-    args = parser.parse_args(argv)
+    if selected == "launch" and not {"-h", "--help"} & set(argv[:argv.index("launch") + 2]):
+        # torchrun's options are not nmt's: everything after `launch` goes to it untouched
+        at = argv.index("launch")
+        module = importlib.import_module("nmt.commands.launch")
+        args = argparse.Namespace(torchrun=argv[at + 1:], debug="--debug" in argv[:at], quiet=False, _run=module.run)
+    else:
+        args = parser.parse_args(argv)
     try:
         with _quiet(getattr(args, "quiet", False)):
             return int(args._run(args) or 0)
@@ -69,11 +76,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # always one line
         print(f"error: {message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:  # the machine, not the input: a full disk, a lost permission, a vanished file
+        if args.debug:
+            raise
+        where = exc.filename if exc.filename is not None else "a file"
+        print(f"error: {where}: {exc.strerror or exc}; nothing partial was kept (files are written whole or not "
+              "at all): fix the cause and rerun", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 1
 
 
 @contextlib.contextmanager

@@ -122,7 +122,7 @@ class TrainConfig:
     eval_every: int = 1000
     eval_sentences: int = 0  # dev sentences decoded for BLEU at each evaluation; 0: all
     eval_beam: int = 0  # beam for validation BLEU; 0: decode.beam
-    save_every: int = 0  # also keep checkpoint_<step>.pt every N steps; 0: off
+    save_every: int = 0  # every N steps a restore point (checkpoint_last.pt) and a kept checkpoint_<step>.pt; 0: off
     keep_last: int = 0  # how many checkpoint_<step>.pt to keep; 0: all
     log_every: int = 50
     progress: bool = True

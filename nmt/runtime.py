@@ -126,12 +126,26 @@ def setup(device: str, precision: str) -> Runtime:
     if launched and not dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        join_group("nccl" if dev.type == "cuda" else "gloo")
     rank = dist.get_rank() if world > 1 else 0
     chosen = choose_precision(precision, dev)
     bound_onednn_cache(dev, chosen.name)
     allow_tf32(dev)
     return Runtime(dev, chosen.name, rank, world, chosen.reason)
+
+
+def join_group(backend: str) -> None:
+    """Join torchrun's process group through its store, under a prefix of the restart attempt.
+
+    torchrun's elastic agent keeps one store for the whole job, and the workers' keys in it outlive a restart: a
+    restarted rank could read the address a dead rank published in the previous attempt and fail to connect (gloo's
+    ``connectFullMesh``: connection refused) before the new rank overwrites it. Keys under
+    ``nmt/attempt_{TORCHELASTIC_RESTART_COUNT}/`` are the current attempt's only.
+    """
+    store, rank, world = next(dist.rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"nmt/attempt_{attempt}/", store), rank=rank,
+                            world_size=world)
 
 
 def allow_tf32(device: torch.device) -> None:

@@ -3,11 +3,13 @@ the run files beside them (``config.yaml``, ``spm.model``)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from nmt import rng
+from nmt.atomic import atomic_write_bytes
 from nmt.checkpoint import load_checkpoint, model_payload, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, config_to_dict
 from nmt.errors import NmtError
@@ -17,9 +19,23 @@ from nmt.training.state import Progress, RunState
 TRAINING_ENTRIES = ("optimizer", "scheduler", "scaler", "rng", "progress")
 
 
-def payload(run: RunState) -> dict[str, Any]:
-    """A training checkpoint: the model's entries (:func:`nmt.checkpoint.model_payload`) and the run's state."""
-    return {
+def rank_rng_states(run: RunState) -> list[dict[str, Any]] | None:
+    """Every rank's generator states, gathered on rank 0 (a collective: every rank calls it); None on other ranks
+    and in a single process."""
+    if not run.rt.distributed:
+        return None
+    import torch.distributed as dist
+
+    gathered: list[Any] | None = [None] * run.rt.world_size if run.rt.is_main else None
+    dist.gather_object(rng.capture(), gathered, dst=0)
+    return gathered
+
+
+def payload(run: RunState, rng_ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A training checkpoint: the model's entries (:func:`nmt.checkpoint.model_payload`) and the run's state; under
+    DDP ``rng_ranks`` holds every rank's generators, so a restarted group draws what an uninterrupted one would."""
+    extra = {} if rng_ranks is None else {"rng_ranks": rng_ranks}
+    return {**extra,
         **model_payload(run.model.state_dict(), config_to_dict(run.cfg), run.data.spm_bytes, run.data.spec,
                         run.progress.step, run.progress.epoch),
         "optimizer": run.optimizer.state_dict(),
@@ -31,10 +47,11 @@ def payload(run: RunState) -> dict[str, Any]:
 
 
 def save(run: RunState, name: str) -> None:
-    """Write ``save_dir/name`` atomically (rank 0); an OSError names the checkpoint."""
+    """Write ``save_dir/name`` atomically (rank 0; every rank calls it); an OSError names the checkpoint."""
+    rng_ranks = rank_rng_states(run)
     if run.rt.is_main:
         try:
-            save_checkpoint(run.save_dir / name, payload(run))
+            save_checkpoint(run.save_dir / name, payload(run, rng_ranks))
         except OSError as exc:  # e.g. ENOSPC: name the checkpoint (the temporary file is already removed)
             raise OSError(exc.errno, exc.strerror, str(run.save_dir / name)) from None
     if name == "checkpoint_last.pt":
@@ -75,9 +92,12 @@ def restore(run: RunState, path: Path) -> None:
     run.scaler.load_state_dict(ckpt["scaler"])
     run.progress = Progress(**ckpt["progress"])
     run.saved_step = run.progress.step
-    if run.rt.rank == 0:
+    ranks = ckpt.get("rng_ranks")
+    if isinstance(ranks, list) and len(ranks) == run.rt.world_size:  # the same group: each rank where it was
+        rng.restore(ranks[run.rt.rank])
+    elif run.rt.rank == 0:
         rng.restore(ckpt["rng"])
-    else:
+    else:  # another world size (or an older checkpoint): fresh, distinct streams
         rng.seed_all(run.cfg.train.seed + 1000 * run.rt.rank + run.progress.step)
 
 
@@ -109,10 +129,20 @@ def warm_start(run: RunState, path: Path) -> str:
     return note
 
 
-def prune_numbered(run: RunState) -> None:
-    """Keep the newest ``train.keep_last`` numbered checkpoints (rank 0)."""
+def keep_numbered(run: RunState) -> None:
+    """``checkpoint_{step}.pt`` as a copy of the ``checkpoint_last.pt`` just written (a hard link where the file
+    system has them: every checkpoint write replaces the file, so the link keeps this version), then only the newest
+    ``train.keep_last`` numbered checkpoints (rank 0)."""
+    if not run.rt.is_main:
+        return
+    last, copy = run.save_dir / "checkpoint_last.pt", run.save_dir / f"checkpoint_{run.progress.step}.pt"
+    copy.unlink(missing_ok=True)
+    try:
+        os.link(last, copy)
+    except OSError:  # no hard links here: a second atomic write of the same bytes
+        atomic_write_bytes(copy, last.read_bytes())
     keep = run.cfg.train.keep_last
-    if not run.rt.is_main or keep <= 0:
+    if keep <= 0:
         return
     numbered = sorted(run.save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
     for old in numbered[:-keep]:

@@ -126,9 +126,10 @@ class Trainer:
                 self.report(log, stats, window)
                 if p.step % t.eval_every == 0:
                     self.evaluate(log)
-                if t.save_every > 0 and p.step % t.save_every == 0:
-                    self.save(f"checkpoint_{p.step}.pt")
-                    checkpoints.prune_numbered(self.state)
+                if t.save_every > 0 and p.step % t.save_every == 0:  # a restore point, and its numbered copy
+                    if self.state.saved_step != p.step:  # (an evaluation at this step has just written it)
+                        self.save("checkpoint_last.pt")
+                    checkpoints.keep_numbered(self.state)
             p.train_seconds = start_seconds + time.time() - started  # a time-limited run stays stopped on resume
             p.stopped = "" if reason == "interrupted" else reason
             if p.last_eval_step != p.step and reason != "interrupted":
