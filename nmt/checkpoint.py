@@ -53,6 +53,8 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True``; unreadable or foreign files are a one-line :class:`NmtError`."""
     path = Path(path)
+    if path.is_dir():
+        raise NmtError(f"checkpoint {path} is a directory, not a checkpoint file (e.g. {path}/checkpoint_best.pt)")
     if not path.is_file():
         raise NmtError(f"checkpoint not found: {path}")
     _verify_archive(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -212,6 +213,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             except ValueError:
                 pass
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN passes every comparison a range check makes
+                raise NmtError(f"config key '{key}': {value!r} is not a finite number")
             return float(value)
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -251,13 +254,58 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+MAX_YAML_NODES = 100_000  # a config whose aliases expand to more values than this is refused
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Values ``node`` stands for once every alias is expanded (memoized per node: shared nodes count each time)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = MAX_YAML_NODES + 1  # a node inside itself (a recursive alias) counts as too large
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    total = 1
+    for child in children:
+        total += _expanded_size(child, sizes)
+        if total > MAX_YAML_NODES:
+            break
+    sizes[id(node)] = total
+    return total
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """A YAML document refused for the size its aliases expand to."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a document whose aliases expand to more than :data:`MAX_YAML_NODES` values (a
+    "billion laughs" document: a few lines of nested aliases that expand to billions of values once anything walks
+    the tree)."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
+            raise YAMLTooLarge(f"its aliases expand to more than {MAX_YAML_NODES:,} values: refused (nested "
+                                 "aliases grow exponentially)")
+        return node
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with the alias bound of :class:`_BoundedLoader`."""
+    return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Split ``section.key=value`` and parse the value as a YAML scalar."""
     if "=" not in text:
         raise NmtError(f"override '{text}' must look like section.key=value")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.strip(), value
@@ -293,7 +341,12 @@ def _read_config_text(path: str | Path | Traversable) -> tuple[str, str]:
         return str(source), source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise NmtError(f"config file not found: {source}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except IsADirectoryError:
+        raise NmtError(f"config {source} is a directory, not a YAML file") from None
+    except UnicodeDecodeError as exc:
+        line = source.read_bytes()[: exc.start].count(b"\n") + 1 if isinstance(source, Path) else "?"
+        raise NmtError(f"config file {source} line {line}: invalid UTF-8 (byte {exc.object[exc.start]:#x})") from None
+    except OSError as exc:
         raise NmtError(f"cannot read config file {source}: {exc}") from None
 
 
@@ -305,13 +358,20 @@ def load_config(path: str | Path | Traversable, overrides: typing.Iterable[str] 
     the data) is ignored, so a run's saved config trains again as it is.
     """
     path, text = _read_config_text(path)
+    if not text.strip():
+        raise NmtError(f"{path} is empty: a config is a mapping of sections (data, model, train, decode); start from "
+                       "a packaged one (e.g. `nmt train gl-en-cpu`)")
     try:
-        tree = yaml.safe_load(text) or {}
+        tree = safe_yaml(text)
+    except YAMLTooLarge as exc:
+        raise NmtError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
+        problem = getattr(exc, "problem", None) or str(exc) or "invalid YAML"
         raise NmtError(f"{path}{where}: YAML syntax error: {problem}") from None
+    if tree is None:
+        raise NmtError(f"{path} holds no settings (only comments): a config is a mapping of sections")
     if not isinstance(tree, dict):
         raise NmtError(f"{path}: a config must be a mapping of sections (data, model, train, decode)")
     tree.pop(RESOLVED_KEY, None)

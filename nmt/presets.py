@@ -54,6 +54,8 @@ def find_config(name_or_path: str | Path) -> Path | Traversable:
     """
     path = Path(name_or_path)
     if isinstance(name_or_path, Path) or path.is_file() or _looks_like_path(str(name_or_path)):
+        if path.is_dir():
+            raise NmtError(f"config {path} is a directory, not a YAML file")
         if not path.is_file():
             raise NmtError(f"config file not found: {path}")
         return path

@@ -1,6 +1,8 @@
 """Every user error through the real CLI: one line ``error: ...`` naming the file, line or key, exit status 2.
 
-One table (:data:`CASES`) of bad inputs for ``nmt prepare``, ``nmt train`` and ``nmt translate``; each case builds
+One table (:data:`CASES`) of bad inputs for ``nmt prepare``, ``train``, ``translate``, ``evaluate``, ``score`` and
+``average`` (corrupt caches and checkpoints, configs that are empty, not UTF-8, a directory, a YAML bomb or NaN, a
+1 GB line on stdin, files that disagree); each case builds
 its files in a temp dir and lists the fragments the message must contain. Inputs that must be *accepted* (CRLF
 files, whitespace-only lines, an extremely long line, an empty translation input) are checked separately, and
 ``--debug`` is checked to show the traceback instead. The unit tests in test_config/test_corpora/test_download/
@@ -18,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -333,6 +336,145 @@ def translate_missing_input(w: World, tmp: Path, s: Server) -> tuple[list[str], 
     return argv, ["file not found", str(tmp / "in.txt")]
 
 
+# --- widened (issue #29): caches, configs, stdin, evaluate, score, average -----------------------------------------
+_STDIN: list[object] = []  # a stream a case wants as sys.stdin for its run
+
+
+class _EndlessLine(io.RawIOBase):
+    """A binary stdin of one 1 GB line (generated as it is read, never held in memory)."""
+
+    def __init__(self, size: int = 2**30) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.left)
+        buffer[:n] = b"k" * n
+        self.left -= n
+        return n
+
+
+def _train_on_copy(w: World, tmp: Path) -> tuple[Path, list[str]]:
+    data = Path(shutil.copytree(w.data, tmp / "data"))
+    return data, ["train", str(w.config), "--set", f"data.data_dir={data}", "--set", f"train.save_dir={tmp / 'r'}"]
+
+
+def corrupt_binarized_cache(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    data, argv = _train_on_copy(w, tmp)
+    bad = data / "xx-yy" / "bin" / "train.yy.tokens.npy"
+    bad.write_bytes(os.urandom(2000))
+    return argv, [str(bad), "nmt prepare"]
+
+
+def truncated_binarized_cache(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    data, argv = _train_on_copy(w, tmp)
+    bad = data / "xx-yy" / "bin" / "dev.xx.offsets.npy"
+    bad.write_bytes(bad.read_bytes()[:-16])
+    return argv, [str(bad), "nmt prepare"]
+
+
+def empty_config(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    path = _config(tmp, "")
+    return ["train", str(path)], [str(path), "is empty"]
+
+
+def non_utf8_config(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    path = tmp / "config.yaml"
+    path.write_bytes(b"train:\n  lr: 0.001  # caf\xe9\n")
+    return ["train", str(path)], [str(path), "line 2", "invalid UTF-8"]
+
+
+def config_is_directory(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    folder = tmp / "config.yaml"
+    folder.mkdir()
+    return ["train", str(folder)], [str(folder), "is a directory"]
+
+
+def yaml_bomb_config(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    levels, previous = ['&a ["x","x","x","x","x","x","x","x","x"]'], "a"
+    for name in "bcdefghij":  # 9 ** 10 values once expanded, from 81 aliases
+        levels.append(f"&{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+        previous = name
+    path = _config(tmp, "model:\n  norm: [" + ", ".join(levels) + "]\n")
+    return ["train", str(path)], [str(path), "aliases expand to more than"]
+
+
+def nan_config_value(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    return ["train", str(w.config), "--set", "train.lr=.nan"], [str(w.config), "'train.lr'"]
+
+
+def huge_line_on_stdin(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    _STDIN.append(io.TextIOWrapper(io.BufferedReader(_EndlessLine()), encoding="utf-8"))
+    return ["translate", "--checkpoint", str(w.checkpoint), "--device", "cpu"], ["<stdin> line 1", "longer than 4 MiB"]
+
+
+def _texts(tmp: Path, hyp: list[str], ref: list[str]) -> tuple[Path, Path]:
+    write_lines(tmp / "hyp.txt", hyp)
+    write_lines(tmp / "ref.txt", ref)
+    return tmp / "hyp.txt", tmp / "ref.txt"
+
+
+def evaluate_line_count_mismatch(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    hyp, ref = _texts(tmp, ["a b", "c d"], ["a b", "c d", "e f"])
+    return ["evaluate", "--hyp", str(hyp), "--ref", str(ref)], [str(hyp), "2", "3"]
+
+
+def evaluate_missing_reference(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    hyp, _ = _texts(tmp, ["a b"], ["a b"])
+    return ["evaluate", "--hyp", str(hyp), "--ref", str(tmp / "none.txt")], ["not found", str(tmp / "none.txt")]
+
+
+def evaluate_invalid_utf8(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    hyp, ref = _texts(tmp, ["a b", "c d"], ["a b", "c d"])
+    hyp.write_bytes(b"a b\nc \xff\n")
+    return ["evaluate", "--hyp", str(hyp), "--ref", str(ref)], [str(hyp), "line 2", "invalid UTF-8"]
+
+
+def score_line_count_mismatch(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    src, tgt = _texts(tmp, ["ka lo", "mi ka"], ["ka lo"])
+    return ["score", "--checkpoint", str(w.checkpoint), "--src", str(src), "--tgt", str(tgt), "--device", "cpu",
+            "--pretokenized"], [str(src), str(tgt)]
+
+
+def score_corrupt_checkpoint(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    src, tgt = _texts(tmp, ["ka lo"], ["ka lo"])
+    bad = tmp / "bad.pt"
+    bad.write_bytes(os.urandom(3000))
+    return ["score", "--checkpoint", str(bad), "--src", str(src), "--tgt", str(tgt), "--device", "cpu"], [str(bad),
+                                                                                                         "corrupt"]
+
+
+def average_other_architecture(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    payload = load_checkpoint(w.checkpoint)
+    payload["config"]["model"]["d_ff"] = 128
+    other = tmp / "other.pt"
+    save_checkpoint(other, payload)
+    return ["average", str(w.checkpoint), str(other), "--output", str(tmp / "avg.pt")], [str(other), "model.d_ff"]
+
+
+def average_corrupt_checkpoint(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    bad = tmp / "bad.pt"
+    bad.write_bytes(w.checkpoint.read_bytes()[:-3000])
+    return ["average", str(w.checkpoint), str(bad), "--output", str(tmp / "avg.pt")], [str(bad), "truncated"]
+
+
+def ensemble_of_another_vocabulary(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    run, _ = _swap_vocabulary(w, tmp, 48)
+    return _translate(w, w.checkpoint, tmp, "--checkpoint", str(run / "checkpoint_last.pt")), ["SentencePiece"]
+
+
+def checkpoint_is_directory(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    return _translate(w, tmp, tmp), [str(tmp), "directory"]
+
+
+def prepare_from_a_file(w: World, tmp: Path, s: Server) -> tuple[list[str], list[str]]:
+    not_a_dir = tmp / "corpus.txt"
+    not_a_dir.write_text("x\n")
+    return _prepare(tmp, "xx-yy", "--from-dir", str(not_a_dir)), [str(not_a_dir)]
+
+
 CASES: dict[str, Case] = {
     "unknown_key": unknown_key,
     "unknown_nested_key": unknown_nested_key,
@@ -365,6 +507,24 @@ CASES: dict[str, Case] = {
     "output_is_directory": output_is_directory,
     "translate_invalid_utf8": translate_invalid_utf8,
     "translate_missing_input": translate_missing_input,
+    "corrupt_binarized_cache": corrupt_binarized_cache,
+    "truncated_binarized_cache": truncated_binarized_cache,
+    "empty_config": empty_config,
+    "non_utf8_config": non_utf8_config,
+    "config_is_directory": config_is_directory,
+    "yaml_bomb_config": yaml_bomb_config,
+    "nan_config_value": nan_config_value,
+    "huge_line_on_stdin": huge_line_on_stdin,
+    "evaluate_line_count_mismatch": evaluate_line_count_mismatch,
+    "evaluate_missing_reference": evaluate_missing_reference,
+    "evaluate_invalid_utf8": evaluate_invalid_utf8,
+    "score_line_count_mismatch": score_line_count_mismatch,
+    "score_corrupt_checkpoint": score_corrupt_checkpoint,
+    "average_other_architecture": average_other_architecture,
+    "average_corrupt_checkpoint": average_corrupt_checkpoint,
+    "ensemble_of_another_vocabulary": ensemble_of_another_vocabulary,
+    "checkpoint_is_directory": checkpoint_is_directory,
+    "prepare_from_a_file": prepare_from_a_file,
 }
 
 
@@ -374,6 +534,8 @@ def test_user_error_is_one_line(case: str, world: World, tmp_path: Path, http_se
     argv, fragments = CASES[case](world, tmp_path, http_server)
     while _KNOWN_TED:
         register_ted(monkeypatch, _KNOWN_TED.pop())
+    while _STDIN:
+        monkeypatch.setattr(sys, "stdin", _STDIN.pop())
     before = {p: p.stat().st_mtime_ns for p in world.run.iterdir()}
     capsys.readouterr()
     code = cli.main(argv)

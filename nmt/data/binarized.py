@@ -57,7 +57,9 @@ def load_arrays(pair_dir: str | Path, split: str, lang: str) -> tuple[np.ndarray
         try:
             arrays.append(np.load(path, allow_pickle=False))
         except (OSError, ValueError) as exc:
-            raise NmtError(f"cannot read {path}: {exc}") from None
+            detail = " ".join(str(exc).split())[:160]
+            raise NmtError(f"cannot read {path} ({detail}): the prepared cache is damaged; rerun `nmt prepare "
+                           "--force` for this pair") from None
     tokens, offsets = arrays
     ok = (tokens.ndim == 1 and offsets.ndim == 1 and tokens.dtype == np.int32 and offsets.dtype == np.int64
           and len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == len(tokens)

@@ -42,10 +42,29 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         handle.close()
 
 
+MAX_LINE_BYTES = 4 * 2**20  # a longer line is an error (no sentence is 4 MiB; a 1 GB "line" must not be read whole)
+
+
+def _byte_lines(stream: Iterable[bytes], name: str) -> Iterator[bytes]:
+    """The lines of ``stream``, each read with at most :data:`MAX_LINE_BYTES` + 1 bytes in memory."""
+    readline = getattr(stream, "readline", None)
+    if readline is None:
+        yield from stream
+        return
+    number = 0
+    while raw := readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise NmtError(f"{name} line {number}: longer than {MAX_LINE_BYTES // 2**20} MiB (is this a text file "
+                           "with one sentence per line?)")
+        yield raw
+
+
 def decode_lines(stream: Iterable[bytes], name: str) -> Iterator[str]:
     """Decode the byte lines of ``stream`` (a file or stdin) as strict UTF-8, without their line endings and without
-    a leading byte-order mark; an invalid byte is an :class:`NmtError` naming ``name`` and the 1-based line."""
-    for number, raw in enumerate(stream, start=1):
+    a leading byte-order mark; an invalid byte, or a line over :data:`MAX_LINE_BYTES`, is an :class:`NmtError`
+    naming ``name`` and the 1-based line."""
+    for number, raw in enumerate(_byte_lines(stream, name), start=1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
