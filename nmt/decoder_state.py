@@ -43,7 +43,7 @@ def _increasing(values: Tensor) -> bool:
 def _rows(x: Tensor, index: Tensor) -> Tensor:
     """Rows ``index`` of dimension 2 of a contiguous (L, 2, N, ...) tensor.
 
-    Through a 3-d view: ``index_select`` on the 6-d tensor (and advanced indexing) take a path ~5-20x slower on CPU.
+    Through a 3-d view: ``index_select`` on the 6-d tensor (and advanced indexing) take a much slower path on CPU.
     """
     L, two, n = x.shape[:3]
     return x.view(L * two, n, -1).index_select(1, index).view(L, two, index.numel(), *x.shape[3:])

@@ -50,6 +50,7 @@ def test_nccl_setup_through_a_gloo_stand_in(fake_cuda: dict[str, Any], tf32_flag
         real_init("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
 
     monkeypatch.setattr(dist, "init_process_group", init)
+    monkeypatch.setattr(dist, "rendezvous", lambda url: iter([(dist.HashStore(), 1, 2)]))  # torchrun's store
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
     rt = runtime.setup("auto", "auto")
