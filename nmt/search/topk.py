@@ -1,9 +1,9 @@
 """The beam search's top-k over every extension of every beam: a few of ``width * vocab`` scores per sentence.
 
-On CPU, ``torch.topk`` on such long rows selects through a per-row partial sort of (value, index) pairs, a
-visible share of beam search (docs/performance.md). :func:`topk` folds each row into a grid of :data:`FOLD` rows and takes
-the largest of each column (one vectorized pass): the ``k`` columns with the largest maxima hold ``k`` elements
-with the ``k`` largest values, so ``torch.topk`` then runs over ``FOLD * k`` candidates only.
+On CPU, ``torch.topk`` on such long rows selects through a per-row partial sort of (value, index) pairs, a visible
+share of beam search (docs/performance.md). :func:`topk` folds each row into a grid of :data:`FOLD` rows and takes
+the largest of each column (one vectorized pass): the ``k`` columns with the largest maxima hold ``k`` elements with
+the ``k`` largest values, so ``torch.topk`` then runs over ``FOLD * k`` candidates only.
 """
 
 from __future__ import annotations
