@@ -20,15 +20,13 @@ import os
 import platform
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from nmt import allocator
+from nmt import allocator, fp32_gemm
+from nmt.cpu import ISA_FLAGS, cpu_flags, cpu_model
 
-# ISA flags reported with every benchmark figure (x86 names from /proc/cpuinfo, then the Arm ones)
-ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 # flags of CPUs with bf16 arithmetic in hardware
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
@@ -77,33 +75,6 @@ class Bf16Support:
 def format_ratio(ratio: float) -> str:
     """``48x`` or ``2.3x``: two significant digits are plenty for a timing."""
     return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """ISA flags of the first CPU in /proc/cpuinfo (x86 ``flags``, Arm ``Features``); empty where there is none."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
-
-
-@functools.cache
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo, else the platform's processor string)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def onednn_bf16() -> bool | None:
@@ -166,6 +137,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch": str(torch.__version__),
         "allocator": allocator.active(),
+        "fp32_gemm": fp32_gemm.choice().describe(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "platform": platform.platform(),
     }
@@ -179,5 +151,6 @@ def describe_machine(info: dict[str, Any]) -> str:
     isa = ", ".join(info["isa"]) or info["torch_cpu_capability"]
     bf16 = "native bf16" if info["bf16_native"] else "no native bf16"
     text = (f"{info['cpu']} ({isa}; {bf16}), {info['threads']} threads of {info['cpu_count']} CPUs, "
-            f"torch {info['torch']}" + (f", malloc {info['allocator']}" if info.get("allocator") else ""))
+            f"torch {info['torch']}" + (f", malloc {info['allocator']}" if info.get("allocator") else "")
+            + (f", {info['fp32_gemm']}" if info.get("fp32_gemm") else ""))
     return text + (f", GPU {info['cuda']}" if info.get("cuda") else "")

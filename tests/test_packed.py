@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nmt import fp32_gemm
 from nmt.kernels import linear, packed
 from nmt.perf.roof import record
 
@@ -61,7 +62,8 @@ def test_row_ranges_of_one_layer_have_their_own_packs(monkeypatch: pytest.Monkey
     torch.manual_seed(0)
     built = []
     of = packed.PackedWeight.of
-    monkeypatch.setattr(packed.PackedWeight, "of", lambda w, b: built.append(w.shape) or of(w, b))
+    monkeypatch.setattr(packed.PackedWeight, "of",
+                        lambda w, b, dtype=torch.bfloat16: built.append(w.shape) or of(w, b, dtype))
     layer = torch.nn.Linear(16, 48)  # as cross-attention's in_proj: queries, then keys and values
     x = torch.randn(9, 16)
     whole = _decode(lambda: linear.call(layer, x))
@@ -77,10 +79,12 @@ def test_row_ranges_of_one_layer_have_their_own_packs(monkeypatch: pytest.Monkey
     assert built == [(48, 16), (16, 16), (32, 16)]
 
 
-def test_training_and_fp32_never_pack() -> None:
+def test_training_and_fp32_on_mkl_never_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fp32_gemm.ENV, "mkl")  # the oneDNN route packs fp32 weights: tests/test_fp32_gemm.py
     layer = torch.nn.Linear(8, 4)
     x = torch.randn(3, 8)
-    assert torch.equal(linear.call(layer, x), layer(x))  # fp32
+    with torch.no_grad():
+        assert torch.equal(linear.call(layer, x), layer(x))  # fp32 decoding: F.linear itself
     with torch.autocast("cpu", dtype=torch.bfloat16):
         linear.call(layer, x.requires_grad_()).float().sum().backward()  # bf16 training: autograd's path
     assert layer not in linear._PACKS and layer.weight.grad is not None
@@ -89,3 +93,21 @@ def test_training_and_fp32_never_pack() -> None:
 def test_only_a_linear_layer_is_sliced() -> None:
     with pytest.raises(TypeError, match="rows of a ReLU"):
         linear.call(torch.nn.ReLU(), torch.randn(2, 4), rows=slice(0, 2))
+
+
+def test_eval_after_a_fused_optimizer_step_repacks() -> None:
+    """A fused Adam step bumps no version counter; changing the layer's mode drops its packs (the trainer calls
+    ``eval()`` before every validation)."""
+    layer = torch.nn.Linear(16, 8)
+    layer.__class__ = linear.PaddedLinear
+    x = torch.randn(4, 16)
+    optim = torch.optim.Adam(layer.parameters(), lr=0.5, fused=True)
+    layer.eval()
+    before = _decode(lambda: layer(x))
+    layer.train()
+    layer(x).square().sum().backward()
+    optim.step()
+    layer.eval()
+    after = _decode(lambda: layer(x))
+    torch.testing.assert_close(after.float(), _autocast_linear(x, layer.weight, layer.bias).float(), **BF16)
+    assert not torch.allclose(after.float(), before.float(), **BF16)

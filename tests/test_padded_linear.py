@@ -1,11 +1,13 @@
 """Linear layers on zero-padded rows (nmt/kernels/linear.py): CPU bf16 training runs its matmuls on a few row counts
-(so oneDNN reuses their primitives) and gets the same outputs and gradients as ``F.linear`` under autocast."""
+(so oneDNN reuses their primitives) and gets the same outputs and gradients as ``F.linear`` under autocast; so does
+fp32 on the oneDNN route."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from nmt import fp32_gemm
 from nmt.kernels import linear
 from nmt.kernels.linear import MIN_ROW_STEP, padded_rows
 from nmt.perf.roof import record
@@ -59,7 +61,8 @@ def test_matmuls_run_on_the_padded_row_count() -> None:
     assert shapes[0] == shapes[1] == shapes[2] == sorted([(4096, 16, 32), (4096, 32, 16), (32, 4096, 16)])
 
 
-def test_decoding_pads_without_autograd_and_fp32_stays_plain() -> None:
+def test_decoding_pads_without_autograd_and_fp32_on_mkl_stays_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fp32_gemm.ENV, "mkl")
     layer = torch.nn.Linear(8, 4)
     x = torch.randn(2, 5, 8)
     with torch.no_grad():
@@ -72,3 +75,17 @@ def test_decoding_pads_without_autograd_and_fp32_stays_plain() -> None:
     xg = x.clone().requires_grad_()
     matmuls = record(lambda: linear.call(layer, xg).sum().backward())
     assert sorted((m.m, m.k, m.n) for m in matmuls) == [(4, 10, 8), (10, 4, 8), (10, 8, 4)]  # fp32 training
+
+
+@pytest.mark.skipif(not fp32_gemm.onednn_available(), reason="this PyTorch has no oneDNN")
+def test_fp32_on_the_onednn_route_runs_on_padded_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where nmt/fp32_gemm.py routes fp32 to oneDNN, its products get bf16's few row counts too (oneDNN builds a
+    primitive per shape), and each product goes through oneDNN's linear op."""
+    monkeypatch.setenv(fp32_gemm.ENV, "onednn")
+    layer = torch.nn.Linear(8, 4)
+    xg = torch.randn(2, 5, 8, requires_grad=True)
+    matmuls = record(lambda: linear.call(layer, xg).sum().backward())
+    assert sorted((m.m, m.k, m.n, m.onednn) for m in matmuls) == [(4, 16, 8, True), (16, 4, 8, True),
+                                                                 (16, 8, 4, True)]
+    with torch.no_grad():
+        assert [(m.m, m.k, m.n, m.onednn) for m in record(lambda: linear.call(layer, xg))] == [(16, 8, 4, True)]

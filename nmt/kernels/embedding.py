@@ -38,8 +38,9 @@ class FastTiedEmbedding(TiedEmbedding):
         return self._table_cache[1]
 
     def train(self, mode: bool = True) -> FastTiedEmbedding:
-        self._table_cache = None
+        self._table_cache = None  # a fused optimizer step leaves the weight's version as it was: see drop_packs
         self._cast_cache = None
+        linear.drop_packs(self)
         super().train(mode)
         return self
 

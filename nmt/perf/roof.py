@@ -28,18 +28,22 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nmt.fp32_gemm import onednn_linear
+
 aten = torch.ops.aten
 
 
 @dataclass(frozen=True)
 class Matmul:
-    """One batched matmul ``(batch, m, k) @ (batch, k, n)`` in ``dtype`` (batch 1 for a plain mm)."""
+    """One batched matmul ``(batch, m, k) @ (batch, k, n)`` in ``dtype`` (batch 1 for a plain mm); ``onednn``: it ran
+    through oneDNN's linear op (the fp32 route of :mod:`nmt.fp32_gemm`, bf16 decoding's packs), and is replayed so."""
 
     batch: int
     m: int
     k: int
     n: int
     dtype: torch.dtype
+    onednn: bool = False
 
     @property
     def flops(self) -> int:
@@ -73,7 +77,7 @@ _RULES: dict[Any, Callable[..., list[Matmul]]] = {
 }
 if hasattr(torch.ops.mkldnn, "_linear_pointwise"):  # (x (M, K), packed weight (N, K), bias, ...)
     _RULES[torch.ops.mkldnn._linear_pointwise.default] = lambda x, w, *_: [Matmul(1, x.shape[0], x.shape[1],
-                                                                                  w.shape[0], x.dtype)]
+                                                                                  w.shape[0], x.dtype, True)]
 for _name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"):
     if hasattr(aten, _name):
@@ -163,13 +167,13 @@ def copy_bandwidth(device: torch.device, megabytes: int = 64, repeats: int = 5) 
 
 def replay_seconds(matmuls: list[Matmul], device: torch.device, repeats: int = 3) -> float:
     """Fastest of ``repeats`` back-to-back replays of ``matmuls`` on random tensors of the same shapes."""
-    operands: dict[tuple[int, int, int, int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+    operands: dict[Matmul, tuple[torch.Tensor, torch.Tensor]] = {}
     for mm in matmuls:
-        key = (mm.batch, mm.m, mm.k, mm.n, mm.dtype)
-        if key not in operands:
-            operands[key] = (torch.randn(mm.batch, mm.m, mm.k, device=device).to(mm.dtype),
-                             torch.randn(mm.batch, mm.k, mm.n, device=device).to(mm.dtype))
-    calls = [operands[(mm.batch, mm.m, mm.k, mm.n, mm.dtype)] for mm in matmuls]
+        if mm not in operands:  # oneDNN's linear takes the weight as (n, k)
+            b_shape = (mm.batch, mm.n, mm.k) if mm.onednn else (mm.batch, mm.k, mm.n)
+            operands[mm] = (torch.randn(mm.batch, mm.m, mm.k, device=device).to(mm.dtype),
+                            torch.randn(*b_shape, device=device).to(mm.dtype))
+    calls = [(*operands[mm], mm.onednn) for mm in matmuls]
 
     def sync() -> None:
         if device.type == "cuda":
@@ -178,8 +182,10 @@ def replay_seconds(matmuls: list[Matmul], device: torch.device, repeats: int = 3
     def once() -> float:
         sync()
         started = time.perf_counter()
-        for a, b in calls:
-            if a.shape[0] == 1:
+        for a, b, onednn in calls:
+            if onednn:
+                onednn_linear(a[0], b[0], None)
+            elif a.shape[0] == 1:
                 torch.mm(a[0], b[0])
             else:
                 torch.bmm(a, b)

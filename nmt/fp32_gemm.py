@@ -1,0 +1,215 @@
+"""Which library runs this CPU's fp32 matmuls fastest, MKL or oneDNN: a probe, remembered per machine.
+
+PyTorch's CPU build sends every fp32 matmul to Intel MKL. MKL takes generic code paths on AMD CPUs: on an AMD EPYC
+Zen 5 (AVX-512) MKL ran the CPU preset's products at 90-100 GFLOP/s on one thread and oneDNN (PyTorch's other CPU
+matmul library, ``torch.ops.mkldnn._linear_pointwise``) the same fp32 products at 190-230, forward and input
+gradient alike, the weight gradient at 100-180 (``scripts/probe_gemm``, ``bench/gemm-probe-*.md``); on a Zen 3
+(AVX2) the two were level. So the choice is measured, not assumed from the vendor: :func:`choice` times the three
+products of a Linear layer's training step (forward ``x W^T``, input gradient ``G W``, weight gradient ``G^T X``)
+through both libraries at the process's thread count, and takes oneDNN for a product only where it is clearly
+faster (:data:`MARGIN`). Both compute in fp32 (oneDNN's fp32 matmul is exact fp32 FMA arithmetic unless reduced
+precision is asked for, which nothing here does): the same values within fp32 rounding, tests/test_fp32_gemm.py.
+
+The result is kept in a small JSON file per machine (:func:`cache_path`; keyed by CPU, ISA flags, torch and thread
+count), so every process on a machine takes the same route and a resumed run computes as the interrupted one did.
+``NMT_FP32_GEMM=mkl`` or ``=onednn`` sets the route without a probe; ``auto`` (the default) probes.
+:mod:`nmt.kernels.linear` follows the choice; the plain modules of :mod:`nmt.modules` always call ``F.linear``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nmt.atomic import atomic_write_text
+from nmt.cpu import ISA_FLAGS, cpu_flags, cpu_model
+
+ENV = "NMT_FP32_GEMM"
+ROUTES = ("auto", "mkl", "onednn")
+PRODUCTS = ("forward", "grad_input", "grad_weight")
+MARGIN = 1.15  # oneDNN is taken for a product only when MKL's time is at least this multiple of oneDNN's
+# the probe's Linear layer: 1,024 rows, 256 -> 1,024 (the CPU preset's feed-forward; ~0.5 GFLOP a product, a few ms)
+PROBE_ROWS, PROBE_IN, PROBE_OUT = 1024, 256, 1024
+PROBE_REPEATS = 5
+CACHE_VERSION = 1
+ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # as nmt.hardware: before oneDNN's first primitive
+
+
+@dataclass(frozen=True)
+class Fp32Gemm:
+    """The library of each fp32 product (``"mkl"`` or ``"onednn"``) and the evidence.
+
+    Attributes:
+        forward, grad_input, grad_weight: the route of each product of a Linear layer.
+        speedups: MKL time over oneDNN time per product (above 1: oneDNN is faster); empty when not probed.
+        threads: the thread count the probe ran at.
+        source: ``probe``, ``cache`` (a probe of an earlier process on this machine) or ``NMT_FP32_GEMM``.
+    """
+
+    forward: str
+    grad_input: str
+    grad_weight: str
+    speedups: dict[str, float]
+    threads: int
+    source: str
+
+    def uses_onednn(self) -> bool:
+        return "onednn" in (self.forward, self.grad_input, self.grad_weight)
+
+    def describe(self) -> str:
+        """``fp32 GEMM oneDNN (oneDNN/MKL speed 2.2x/2.3x/1.5x: forward/grad input/grad weight)``, ``fp32 GEMM MKL
+        (...)`` or ``fp32 GEMM MKL (set by NMT_FP32_GEMM)``."""
+        routes = {self.forward, self.grad_input, self.grad_weight}
+        name = {"onednn": "oneDNN", "mkl": "MKL"}
+        if len(routes) == 1:
+            head = name[routes.pop()]
+        else:
+            head = "/".join(name[r] for r in (self.forward, self.grad_input, self.grad_weight))
+        if not self.speedups:
+            return f"fp32 GEMM {head} (set by {self.source})"
+        ratios = "/".join(f"{self.speedups[p]:.1f}x" for p in PRODUCTS)
+        return f"fp32 GEMM {head} (oneDNN/MKL speed {ratios}: forward/grad input/grad weight)"
+
+
+def onednn_available() -> bool:
+    """Whether this PyTorch has oneDNN's linear op."""
+    ops = getattr(torch.ops, "mkldnn", None)
+    return bool(torch.backends.mkldnn.is_available()) and hasattr(ops, "_linear_pointwise")
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x @ weight^T + bias`` through oneDNN (``weight`` dense or packed by ``_reorder_linear_weight``)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+_PRODUCTS: dict[str, dict[str, Callable[..., Tensor]]] = {
+    "onednn": {"forward": onednn_linear,
+               "grad_input": lambda g, w: onednn_linear(g, w.t(), None),
+               "grad_weight": lambda g, x: onednn_linear(g.t(), x.t(), None)},
+    "mkl": {"forward": F.linear, "grad_input": torch.mm, "grad_weight": lambda g, x: torch.mm(g.t(), x)},
+}
+
+
+def product(name: str, route: str) -> Callable[..., Tensor]:
+    """The function computing product ``name`` through ``route``:
+    forward ``(x, w, b) -> x w^T + b``, grad_input ``(g, w) -> g w``, grad_weight ``(g, x) -> g^T x``."""
+    return _PRODUCTS[route][name]
+
+
+def _best_seconds(fn: Callable[[], object]) -> float:
+    fn()  # first call: library initialisation, kernel generation
+    best = float("inf")
+    for _ in range(PROBE_REPEATS):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return max(best, 1e-9)
+
+
+def probe() -> dict[str, float]:
+    """MKL time over oneDNN time for each product at the current thread count (a few tens of ms)."""
+    os.environ.setdefault(*ONEDNN_CACHE)
+    seeded = torch.Generator().manual_seed(0)  # never the global generator: runs stay bitwise reproducible
+    x = torch.randn(PROBE_ROWS, PROBE_IN, generator=seeded)
+    w = torch.randn(PROBE_OUT, PROBE_IN, generator=seeded)
+    b = torch.randn(PROBE_OUT, generator=seeded)
+    g = torch.randn(PROBE_ROWS, PROBE_OUT, generator=seeded)
+    args = {"forward": (x, w, b), "grad_input": (g, w), "grad_weight": (g, x)}
+    speedups = {}
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        for name in PRODUCTS:
+            seconds = {route: _best_seconds(functools.partial(product(name, route), *args[name]))
+                       for route in ("mkl", "onednn")}
+            speedups[name] = round(seconds["mkl"] / seconds["onednn"], 3)
+    return speedups
+
+
+def cache_path() -> Path:
+    """``$NMT_CACHE_DIR/fp32-gemm.json``, else ``$XDG_CACHE_HOME/nmt/...``, else ``~/.cache/nmt/...``."""
+    root = os.environ.get("NMT_CACHE_DIR")
+    if root:
+        return Path(root) / "fp32-gemm.json"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "nmt" / "fp32-gemm.json"
+
+
+def machine_key(threads: int) -> str:
+    """What a probe's result depends on: CPU model, ISA flags, torch, oneDNN's ISA cap, threads."""
+    isa = ",".join(flag for flag in ISA_FLAGS if flag in cpu_flags())
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+    return f"{cpu_model()}|{isa}|torch {torch.__version__}|isa cap {cap}|{threads} threads"
+
+
+def _read_cache(key: str) -> dict[str, float] | None:
+    try:
+        entries = json.loads(cache_path().read_text(encoding="utf-8"))
+        speedups = entries["entries"][key] if entries.get("version") == CACHE_VERSION else None
+        if isinstance(speedups, dict) and set(speedups) == set(PRODUCTS):
+            return {name: float(speedups[name]) for name in PRODUCTS}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # no cache, or one this version cannot read: probe again (a cache is never worth an error)
+    return None
+
+
+def _write_cache(key: str, speedups: dict[str, float]) -> None:
+    path = cache_path()
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(entries, dict) or entries.get("version") != CACHE_VERSION:
+            entries = {}
+    except (OSError, ValueError):
+        entries = {}
+    entries = {"version": CACHE_VERSION, "entries": {**entries.get("entries", {}), key: speedups}}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(entries, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass  # a read-only home: the next process probes again
+
+
+def _routes(speedups: dict[str, float]) -> dict[str, str]:
+    return {name: "onednn" if speedups[name] >= MARGIN else "mkl" for name in PRODUCTS}
+
+
+def setting() -> str:
+    """``NMT_FP32_GEMM`` (``auto`` when unset); an unknown value is an error naming it."""
+    from nmt.errors import NmtError
+
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in ROUTES:
+        raise NmtError(f"{ENV}={os.environ[ENV]!r}: choose one of {', '.join(ROUTES)}")
+    return value
+
+
+def choice() -> Fp32Gemm:
+    """The fp32 route of each product at the current thread count (module doc)."""
+    return _choice(setting(), torch.get_num_threads())
+
+
+@functools.cache
+def _choice(route: str, threads: int) -> Fp32Gemm:
+    if route != "auto" or not onednn_available():
+        fixed = route if route != "auto" and onednn_available() else "mkl"
+        source = ENV if route != "auto" else "no oneDNN in this PyTorch"
+        return Fp32Gemm(fixed, fixed, fixed, {}, threads, source)
+    key = machine_key(threads)
+    speedups, source = _read_cache(key), "cache"
+    if speedups is None:
+        speedups, source = probe(), "probe"
+        _write_cache(key, speedups)
+    routes = _routes(speedups)
+    return Fp32Gemm(routes["forward"], routes["grad_input"], routes["grad_weight"], speedups, threads, source)
+
+
+def as_record(gemm: Fp32Gemm) -> dict[str, object]:
+    """The choice as JSON-ready values (benchmark and run records)."""
+    return asdict(gemm)

@@ -1,0 +1,195 @@
+"""The fp32 GEMM route (nmt/fp32_gemm.py): oneDNN's fp32 products equal MKL's within fp32 rounding (and far
+inside bf16's), a Linear layer and a whole accelerated model train and decode the same on either route, the probe
+picks oneDNN only where it is clearly faster, and its result is remembered per machine."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt import config, fp32_gemm, hardware, kernels
+from nmt.errors import NmtError
+from nmt.kernels import linear
+from nmt.kernels.linear import PaddedLinear
+from nmt.model import build_model
+from nmt.model_spec import ModelSpec
+from nmt.search import beam_search
+
+pytestmark = pytest.mark.skipif(not fp32_gemm.onednn_available(), reason="this PyTorch has no oneDNN")
+
+TINY = dict(d_model=32, n_heads=4, d_ff=64, enc_layers=2, dec_layers=2, max_positions=64, dropout=0.0,
+            attn_dropout=0.0, act_dropout=0.0, word_dropout=0.0)
+
+
+@pytest.fixture
+def route(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[pytest.MonkeyPatch]:
+    """Set ``NMT_FP32_GEMM`` per test, with a fresh choice and a cache of this test's own."""
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path))
+    fp32_gemm._choice.cache_clear()
+    yield monkeypatch
+    fp32_gemm._choice.cache_clear()
+
+
+def _float64(name: str, *args: torch.Tensor | None) -> torch.Tensor:
+    return fp32_gemm.product(name, "mkl")(*(None if a is None else a.double() for a in args))
+
+
+@pytest.mark.parametrize("name", fp32_gemm.PRODUCTS)
+def test_onednn_products_are_fp32_exact_to_rounding(name: str) -> None:
+    """Against float64: both libraries' errors are fp32 rounding (~1e-6 relative), an order below the bf16 bound
+    that a reduced-precision route would need (~4e-3)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(77, 48, generator=g), torch.randn(96, 48, generator=g), torch.randn(96, generator=g)
+    grad = torch.randn(77, 96, generator=g)
+    args = {"forward": (x, w, b), "grad_input": (grad, w), "grad_weight": (grad, x)}[name]
+    exact = _float64(name, *args)
+    for route_name in ("mkl", "onednn"):
+        out = fp32_gemm.product(name, route_name)(*args)
+        assert out.dtype == torch.float32 and out.shape == exact.shape
+        error = float((out.double() - exact).norm() / exact.norm())
+        assert error < 1e-5, (route_name, error)
+    bf16 = fp32_gemm.product(name, "mkl")(*(a.bfloat16() for a in args)).double()
+    assert float((bf16 - exact).norm() / exact.norm()) > 1e-4  # the bound above would catch bf16 arithmetic
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_linear_layer_on_the_onednn_route_equals_nn_linear(route: pytest.MonkeyPatch, bias: bool) -> None:
+    route.setenv(fp32_gemm.ENV, "onednn")
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(40, 72, bias=bias)
+    fast = copy.deepcopy(plain)
+    fast.__class__ = PaddedLinear
+    x = torch.randn(3, 23, 40, requires_grad=True)  # 69 rows: padded to 128 on this route
+    x2 = x.detach().clone().requires_grad_()
+    out_p, out_f = plain(x), fast(x2)
+    torch.testing.assert_close(out_f, out_p, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(out_p)
+    out_p.backward(grad)
+    out_f.backward(grad)
+    assert x2.grad is not None and x.grad is not None
+    torch.testing.assert_close(x2.grad, x.grad, atol=1e-5, rtol=1e-5)
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-5, msg=name)
+
+
+def test_decoding_packs_fp32_weights_and_repacks_after_an_update(route: pytest.MonkeyPatch) -> None:
+    route.setenv(fp32_gemm.ENV, "onednn")
+    layer = PaddedLinear(32, 48)
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+        assert layer in linear._PACKS  # the weight was packed for decoding
+        layer.weight.add_(1.0)  # an optimizer step: the pack must follow
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+
+
+def _model() -> torch.nn.Module:
+    cfg = config.config_from_dict({"system": "qknorm", "model": TINY})
+    torch.manual_seed(0)
+    return kernels.accelerate(build_model(cfg.model, ModelSpec(40, 12.0)))
+
+
+def _train(model: torch.nn.Module, steps: int) -> list[float]:
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(4, 40, (6, 11), generator=g), torch.randint(4, 40, (6, 10), generator=g)
+    optim = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        optim.zero_grad()
+        loss = F.cross_entropy(model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten())
+        loss.backward()
+        optim.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_a_model_trains_and_decodes_the_same_on_both_routes(route: pytest.MonkeyPatch) -> None:
+    runs = {}
+    for name in ("mkl", "onednn"):
+        route.setenv(fp32_gemm.ENV, name)
+        fp32_gemm._choice.cache_clear()
+        model = _model()
+        losses = _train(model, 30)
+        src = torch.randint(4, 40, (3, 9), generator=torch.Generator().manual_seed(2))
+        hyps = beam_search(model.eval(), src, beam=3, nbest=1, max_len_cap=12)
+        runs[name] = (losses, [n[0].tokens for n in hyps])
+    (losses_m, hyps_m), (losses_o, hyps_o) = runs["mkl"], runs["onednn"]
+    assert losses_o[-1] < 0.5 * losses_o[0]  # it learns (memorizes the batch)
+    for a, b in zip(losses_m, losses_o, strict=True):
+        assert abs(a - b) < 1e-3 * max(1.0, a)  # 30 Adam steps apart by rounding only
+    assert hyps_m == hyps_o
+
+
+def test_the_probe_takes_onednn_only_where_clearly_faster() -> None:
+    routes = fp32_gemm._routes({"forward": 2.1, "grad_input": 1.1, "grad_weight": fp32_gemm.MARGIN})
+    assert routes == {"forward": "onednn", "grad_input": "mkl", "grad_weight": "onednn"}
+    assert fp32_gemm._routes(dict.fromkeys(fp32_gemm.PRODUCTS, 0.9)) == dict.fromkeys(fp32_gemm.PRODUCTS, "mkl")
+
+
+def test_the_probe_runs_once_per_machine_and_its_cache_is_reused(route: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = []
+    real = fp32_gemm.probe
+
+    def counted() -> dict[str, float]:
+        calls.append(1)
+        return real()
+
+    route.setattr(fp32_gemm, "probe", counted)
+    first = fp32_gemm.choice()
+    assert first.source == "probe" and set(first.speedups) == set(fp32_gemm.PRODUCTS)
+    assert all(value > 0 for value in first.speedups.values())
+    saved = json.loads((tmp_path / "fp32-gemm.json").read_text())
+    assert saved["entries"][fp32_gemm.machine_key(torch.get_num_threads())] == first.speedups
+    fp32_gemm._choice.cache_clear()  # a new process on the same machine
+    second = fp32_gemm.choice()
+    assert second.source == "cache" and second.speedups == first.speedups and len(calls) == 1
+    (tmp_path / "fp32-gemm.json").write_text("{not json")  # a damaged cache is probed again, never an error
+    fp32_gemm._choice.cache_clear()
+    assert fp32_gemm.choice().source == "probe" and len(calls) == 2
+
+
+def test_the_setting_overrides_the_probe_and_is_checked(route: pytest.MonkeyPatch) -> None:
+    route.setenv(fp32_gemm.ENV, "MKL")
+    chosen = fp32_gemm.choice()
+    assert (chosen.forward, chosen.grad_input, chosen.grad_weight) == ("mkl",) * 3 and not chosen.uses_onednn()
+    assert chosen.describe() == "fp32 GEMM MKL (set by NMT_FP32_GEMM)"
+    assert linear._fp32_route(torch.ones(2, 2), torch.ones(2, 2)) is None  # MKL: plain F.linear, no padding
+    route.setenv(fp32_gemm.ENV, "fast")
+    with pytest.raises(NmtError, match="NMT_FP32_GEMM='fast': choose one of auto, mkl, onednn"):
+        fp32_gemm.choice()
+
+
+def test_the_machine_line_names_the_route(route: pytest.MonkeyPatch) -> None:
+    route.setenv(fp32_gemm.ENV, "onednn")
+    line = hardware.describe_machine(hardware.machine_info())
+    assert line.endswith("fp32 GEMM oneDNN (set by NMT_FP32_GEMM)")
+
+
+def test_validation_after_a_fused_optimizer_step_uses_the_new_weights(route: pytest.MonkeyPatch) -> None:
+    """``Adam(fused=True)`` (the trainer's) leaves version counters as they were, so the packs' keys cannot see its
+    step; the trainer's ``eval()`` before validation drops them (the bug it fixes: validation decoded with the
+    weights of the first validation, dev loss and BLEU frozen)."""
+    route.setenv(fp32_gemm.ENV, "onednn")
+    layer = PaddedLinear(16, 8)
+    x = torch.randn(4, 16)
+    optim = torch.optim.Adam(layer.parameters(), lr=0.5, fused=True)
+    layer.eval()
+    with torch.no_grad():
+        before = layer(x)
+    layer.train()
+    version = layer.weight._version
+    layer(x).square().sum().backward()
+    optim.step()
+    assert layer.weight._version == version  # what the packs' keys alone would miss
+    layer.eval()
+    with torch.no_grad():
+        after = layer(x)
+        torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(after, before)
