@@ -41,12 +41,13 @@ def _float64(name: str, *args: torch.Tensor | None) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", fp32_gemm.PRODUCTS)
-def test_onednn_products_are_fp32_exact_to_rounding(name: str) -> None:
+@pytest.mark.parametrize("width_in, width_out", [(48, 96), (96, 48)])  # the weight gradient's two operand orders
+def test_onednn_products_are_fp32_exact_to_rounding(name: str, width_in: int, width_out: int) -> None:
     """Against float64: both libraries' errors are fp32 rounding (~1e-6 relative), an order below the bf16 bound
     that a reduced-precision route would need (~4e-3)."""
     g = torch.Generator().manual_seed(0)
-    x, w, b = torch.randn(77, 48, generator=g), torch.randn(96, 48, generator=g), torch.randn(96, generator=g)
-    grad = torch.randn(77, 96, generator=g)
+    x, w = torch.randn(77, width_in, generator=g), torch.randn(width_out, width_in, generator=g)
+    b, grad = torch.randn(width_out, generator=g), torch.randn(77, width_out, generator=g)
     args = {"forward": (x, w, b), "grad_input": (grad, w), "grad_weight": (grad, x)}[name]
     exact = _float64(name, *args)
     for route_name in ("mkl", "onednn"):
