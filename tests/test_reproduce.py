@@ -72,6 +72,8 @@ def test_reproduce_two_seeds_records_and_report_only(tmp_path: Path, capsys: pyt
         assert run["config"]["train"]["seed"] == run["seed"] and run["config"]["train"]["max_minutes"] == 0
         assert run["machines"] and "torch" in run["machines"][0]
         record = json.loads((out / "runs" / run["name"] / "record.json").read_text(encoding="utf-8"))
+        seconds = record["dev_curve_seconds"]  # dev BLEU against wall time, beside the steps
+        assert len(seconds) == 2 and 0 < seconds[0] < seconds[1] <= record["train_seconds"] + 0.1
         hyps = (out / "runs" / run["name"] / "test.hyp").read_text(encoding="utf-8").splitlines()
         refs = (tmp_path / "data" / "xx-yy" / "raw" / "test.yy").read_text(encoding="utf-8").splitlines()
         assert record["test"]["test_bleu_tokenized"] == pytest.approx(tokenized_bleu(hyps, refs))  # recomputes

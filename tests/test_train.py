@@ -42,6 +42,8 @@ def test_loss_falls_and_bleu_rises(data_dir: Path, tmp_path: Path) -> None:
     result = run(data_dir, tmp_path / "run", max_steps=300, eval_every=100)
     records = metrics(tmp_path / "run")
     assert [r["step"] for r in records] == [100, 200, 300]
+    seconds = [r["train_seconds"] for r in records]  # the curve against wall time
+    assert 0 < seconds[0] < seconds[1] < seconds[2] <= result["train_seconds"] + 0.1
     assert records[-1]["dev_loss"] < records[0]["dev_loss"] - 0.3
     assert records[-1]["bleu"] > 40.0 and records[-1]["bleu"] > records[0]["bleu"] + 20
     assert result["best_bleu"] == max(r["bleu"] for r in records)

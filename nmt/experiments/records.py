@@ -4,8 +4,9 @@ When a run of ``scripts/reproduce`` has been trained and tested, :func:`write_re
 ``RESULTS/NAME/runs/PAIR-SYSTEM-sSEED/`` with two small text files, meant to be committed:
 
 - ``record.json``: pair, system, seed, scale, the resolved config, the machines it trained on, steps, training time,
-  the dev-BLEU curve, the learned QKNorm g at every evaluation, the test scores (``test_bleu_tokenized``, the papers'
-  metric, and sacreBLEU with its signature) and the SHA-256 of the references and of the hypotheses;
+  the dev-BLEU curve (by step, and the wall time trained at each point), the learned QKNorm g at every evaluation,
+  the test scores (``test_bleu_tokenized``, the papers' metric, and sacreBLEU with its signature) and the SHA-256 of
+  the references and of the hypotheses;
 - ``test.hyp``: the tokenized test hypotheses, one per test sentence.
 
 The report (:mod:`nmt.experiments.report`) is built from these records alone, so it can be rebuilt after the run
@@ -155,6 +156,7 @@ def record_from_run(save_dir: Path, fields: dict[str, Any], progress: dict[str, 
         "best_dev_bleu": progress.get("best_bleu", best.get("bleu")),
         "best_step": progress.get("best_step", best.get("step")),
         "dev_curve": [[m["step"], m["bleu"]] for m in evals],
+        "dev_curve_seconds": [m.get("train_seconds") for m in evals],  # wall time at each point (None: older runs)
         "gains": {"steps": [m["step"] for m in with_gains], "history": [m["gains"] for m in with_gains]}
         if with_gains else None,
         "test": {"test_bleu_tokenized": test["tokenized_bleu"], "sacrebleu": test["sacrebleu"],

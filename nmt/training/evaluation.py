@@ -33,7 +33,8 @@ def evaluate(run: RunState, log: RunLog, save: Callable[[str], None]) -> float:
     """Score the dev set, keep the best score (``save("checkpoint_best.pt")`` when it improves) and the plateau
     schedule's observation, record the evaluation, then ``save("checkpoint_last.pt")``; returns the dev BLEU."""
     p = run.progress
-    record: dict[str, Any] = {"step": p.step, "epoch": p.epoch}
+    # train_seconds: wall time trained so far (earlier validations included), for dev BLEU against time
+    record: dict[str, Any] = {"step": p.step, "epoch": p.epoch, "train_seconds": round(p.train_seconds, 1)}
     if run.rt.is_main:
         record.update(dev_scores(run))
     bleu, dev = broadcast_floats(run.rt, [record.get("bleu", 0.0), record.get("dev_loss", 0.0)])
