@@ -75,13 +75,19 @@ def test_int8_output_projection_is_close_to_the_float_one(trained: Translator) -
     embed = trained.model.embed  # type: ignore[attr-defined]
     assert isinstance(embed, TiedEmbedding)
     int8 = quantize_for_decoding(trained.model)  # type: ignore[arg-type]
-    h = torch.randn(5, embed.weight.size(1), generator=torch.Generator().manual_seed(1))
+    h = torch.randn(16, embed.weight.size(1), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         exact, approx = embed.logits(h), int8.embed.logits(h)  # type: ignore[operator, union-attr]
     assert exact.shape == approx.shape
     assert not torch.equal(exact, approx)  # really another arithmetic
-    assert (exact - approx).abs().max() < 0.05 * exact.abs().max()
-    assert torch.equal(exact.argmax(-1), approx.argmax(-1))
+    error = (exact - approx).abs().max()
+    assert error < 0.05 * exact.abs().max()
+    # the top token is kept wherever the float one leads by more than the int8 error can close (a random row may
+    # hold a near-tie, which any rounding may flip)
+    top = exact.topk(2, dim=-1).values
+    clear = top[:, 0] - top[:, 1] > 2 * error
+    assert int(clear.sum()) >= 4
+    assert torch.equal(exact.argmax(-1)[clear], approx.argmax(-1)[clear])
 
 
 def test_int8_translation_matches_fp32_on_a_trained_model(trained: Translator) -> None:
