@@ -23,7 +23,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -99,7 +99,7 @@ def onednn_grad_weight(g: Tensor, x: Tensor) -> Tensor:
     projection, 256 -> 3,900; the feed-forward's 256 -> 1,024) it computes ``(x^T g)^T`` and returns that transposed
     view. On AMD Zen 5 at 4,608 rows this took the output projection's weight gradient from 143 to 199 GFLOP/s on one
     thread and 193 to 306 on two (MKL: 95 and 179), the feed-forward's from 124 to 165 and 185 to 261; layers
-    narrower out than in keep ``g^T`` as the input (the other order was 0.66-0.85x there)."""
+    narrower out than in keep ``g^T`` as the input (the other order was 0.65-0.76x there)."""
     if g.size(1) >= x.size(1):
         return onednn_linear(x.t().contiguous(), g.t(), None).t()
     return onednn_linear(g.t().contiguous(), x.t(), None)
@@ -194,23 +194,25 @@ def _routes(speedups: dict[str, float]) -> dict[str, str]:
     return {name: "onednn" if speedups[name] >= MARGIN else "mkl" for name in PRODUCTS}
 
 
-def setting() -> str:
-    """``NMT_FP32_GEMM`` (``auto`` when unset); an unknown value is an error naming it."""
+def setting(raw: str) -> str:
+    """The route that ``NMT_FP32_GEMM=raw`` asks for (``auto`` when empty); an unknown value is an error naming it."""
     from nmt.errors import NmtError
 
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    value = raw.strip().lower() or "auto"
     if value not in ROUTES:
-        raise NmtError(f"{ENV}={os.environ[ENV]!r}: choose one of {', '.join(ROUTES)}")
+        raise NmtError(f"{ENV}={raw!r}: choose one of {', '.join(ROUTES)}")
     return value
 
 
 def choice() -> Fp32Gemm:
-    """The fp32 route of each product at the current thread count (module doc)."""
-    return _choice(setting(), torch.get_num_threads())
+    """The fp32 route of each product at the current thread count (module doc). Called by every CPU fp32 Linear
+    product, so it only looks the setting up: parsing, probing and the cache file happen once per value."""
+    return _choice(os.environ.get(ENV, ""), torch.get_num_threads())
 
 
 @functools.cache
-def _choice(route: str, threads: int) -> Fp32Gemm:
+def _choice(raw: str, threads: int) -> Fp32Gemm:
+    route = setting(raw)
     if route != "auto" or not onednn_available():
         fixed = route if route != "auto" and onednn_available() else "mkl"
         source = ENV if route != "auto" else "no oneDNN in this PyTorch"
@@ -223,7 +225,3 @@ def _choice(route: str, threads: int) -> Fp32Gemm:
     routes = _routes(speedups)
     return Fp32Gemm(routes["forward"], routes["grad_input"], routes["grad_weight"], speedups, threads, source)
 
-
-def as_record(gemm: Fp32Gemm) -> dict[str, object]:
-    """The choice as JSON-ready values (benchmark and run records)."""
-    return asdict(gemm)
