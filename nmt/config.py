@@ -436,6 +436,9 @@ def validate(config: Config) -> None:
     if d.length_norm != "gnmt" and d.search != "fairseq":
         raise NmtError(f"config key 'decode.length_norm': {d.length_norm} needs decode.search fairseq (the official "
                        "decoder uses the GNMT penalty)")
+    if t.schedule == "linear_decay" and t.max_steps <= 0 and t.max_minutes <= 0:
+        raise NmtError("config key 'train.schedule': linear_decay decays to zero at the end of the budget, so it "
+                       "needs train.max_steps or train.max_minutes")
     if d.nbest > d.beam:
         raise NmtError(f"config key 'decode.nbest': {d.nbest} exceeds decode.beam {d.beam}")
     if "-" not in config.data.pair or len(config.data.pair.split("-")) != 2:

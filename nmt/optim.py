@@ -1,7 +1,8 @@
 """Adam and the papers' learning-rate schedules.
 
 Schedules are pure functions of the step (and, for ``warmup_plateau``, of a multiplier that only dev-BLEU
-evaluations change). :class:`LRController` holds that multiplier and the evaluation history, and round-trips through
+evaluations change; for ``linear_decay``, of the fraction of the run's budget spent, by steps or by wall time).
+:class:`LRController` holds that multiplier and the evaluation history, and round-trips through
 ``state_dict`` so a resumed run follows the same schedule.
 
 ``warmup_plateau`` and its decay/stop rules follow the papers' official controller (``controller.py``,
@@ -51,11 +52,34 @@ def constant(step: int, peak: float, warmup: int, multiplier: float = 1.0) -> fl
     return peak
 
 
+def linear_decay(step: int, peak: float, warmup: int, multiplier: float = 1.0, used: float = 0.0) -> float:
+    """Linear warmup to ``peak`` over ``warmup`` steps, times a linear decay to zero at the end of the budget.
+
+    ``used`` is the fraction of the run's budget spent (:func:`budget_used`): the rate is
+    ``peak * min(step / warmup, 1) * (1 - used)``, so it reaches zero when ``train.max_steps`` or
+    ``train.max_minutes`` ends the run: the linear schedule that Li et al. 2020 ("Budgeted Training", arXiv
+    1905.04753) found best at every budget. ``multiplier`` is ignored.
+    """
+    ramp = min(step / warmup, 1.0) if warmup > 0 else 1.0
+    return peak * ramp * max(0.0, 1.0 - used)
+
+
 SCHEDULES: dict[str, Callable[..., float]] = {
     "inverse_sqrt": lambda step, peak, warmup, multiplier=1.0: inverse_sqrt(step, peak, warmup),
     "warmup_plateau": warmup_plateau,
     "constant": constant,
+    "linear_decay": linear_decay,
 }
+BUDGETED = frozenset({"linear_decay"})  # schedules that also take ``used``, the fraction of the budget spent
+
+
+def budget_used(cfg: TrainConfig, step: int, seconds: float) -> float:
+    """The fraction of the budget spent before update ``step`` (1-based), ``seconds`` into training: the larger of
+    ``(step - 1) / train.max_steps`` and ``seconds / (60 * train.max_minutes)`` (each only when set), capped at 1,
+    so under a step budget the last update still moves (rate ``peak / max_steps``)."""
+    fractions = [max(step - 1, 0) / cfg.max_steps] if cfg.max_steps > 0 else []
+    fractions += [seconds / (60.0 * cfg.max_minutes)] if cfg.max_minutes > 0 else []
+    return min(max(fractions, default=0.0), 1.0)
 
 
 class LRController:
@@ -67,11 +91,17 @@ class LRController:
         self.multiplier = 1.0
         self.history: list[float] = []
 
-    def lr(self, step: int) -> float:
-        return SCHEDULES[self.cfg.schedule](step, self.peak, self.cfg.warmup_steps, self.multiplier)
+    def lr(self, step: int, seconds: float = 0.0) -> float:
+        """The rate of update ``step``; ``seconds``: wall time trained so far (only budgeted schedules use it)."""
+        name = self.cfg.schedule
+        schedule = SCHEDULES[name]
+        if name in BUDGETED:
+            return schedule(step, self.peak, self.cfg.warmup_steps, self.multiplier,
+                            used=budget_used(self.cfg, step, seconds))
+        return schedule(step, self.peak, self.cfg.warmup_steps, self.multiplier)
 
-    def apply(self, optimizer: torch.optim.Optimizer, step: int) -> float:
-        rate = self.lr(step)
+    def apply(self, optimizer: torch.optim.Optimizer, step: int, seconds: float = 0.0) -> float:
+        rate = self.lr(step, seconds)
         for group in optimizer.param_groups:
             group["lr"] = rate
         return rate

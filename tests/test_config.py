@@ -62,6 +62,7 @@ def test_overrides_parse_values() -> None:
     ({}, ["model.dropout=1.5"], "'model.dropout'"),
     ({}, ["train"], "section.key=value"),
     ({"model": 3}, [], "'model'"),
+    ({"train": {"schedule": "linear_decay"}}, [], "'train.schedule': linear_decay decays to zero"),
 ])
 def test_config_errors_name_the_key(tree: dict, overrides: list[str], message: str) -> None:
     with pytest.raises(NmtError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -9,7 +9,7 @@ import torch
 
 from nmt.config import TrainConfig
 from nmt.loss import label_smoothed_nll
-from nmt.optim import LRController, inverse_sqrt, peak_lr, warmup_plateau
+from nmt.optim import LRController, budget_used, inverse_sqrt, linear_decay, peak_lr, warmup_plateau
 from nmt.vocab import PAD
 
 
@@ -84,6 +84,36 @@ def test_other_schedules_never_decay() -> None:
     for bleu in (5.0, 4.0, 3.0, 2.0, 1.0):
         assert ctl.observe(bleu, 100) is False
     assert ctl.lr(40) == pytest.approx(5e-4) and not ctl.exhausted(10**6)
+
+
+def test_linear_decay_values() -> None:
+    assert linear_decay(0, 1e-3, 100) == 0.0
+    assert linear_decay(50, 1e-3, 100) == pytest.approx(5e-4)  # warmup ramp, nothing spent
+    assert linear_decay(100, 1e-3, 100, used=0.25) == pytest.approx(7.5e-4)
+    assert linear_decay(500, 1e-3, 0, used=0.5) == pytest.approx(5e-4)  # no warmup
+    assert linear_decay(500, 1e-3, 100, used=1.0) == 0.0 == linear_decay(500, 1e-3, 100, used=1.2)
+
+
+def test_budget_is_the_larger_of_steps_and_minutes() -> None:
+    assert budget_used(TrainConfig(max_steps=1000), 251, 1e6) == pytest.approx(0.25)  # no time limit: steps only
+    assert budget_used(TrainConfig(max_minutes=10), 10**6, 150.0) == pytest.approx(0.25)  # time only
+    both = TrainConfig(max_steps=1000, max_minutes=10)
+    assert budget_used(both, 251, 300.0) == pytest.approx(0.5)  # half the time gone: the time limit ends it first
+    assert budget_used(both, 801, 300.0) == pytest.approx(0.8)
+    assert budget_used(both, 2000, 0.0) == 1.0 and budget_used(TrainConfig(), 5, 5.0) == 0.0
+
+
+def test_linear_decay_follows_the_wall_clock() -> None:
+    ctl = LRController(TrainConfig(schedule="linear_decay", lr=1e-3, warmup_steps=10, max_minutes=60), 512)
+    assert ctl.lr(20, seconds=0.0) == pytest.approx(1e-3)
+    assert ctl.lr(20, seconds=900.0) == pytest.approx(7.5e-4)  # a quarter of the hour spent
+    assert ctl.lr(20, seconds=3600.0) == 0.0
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    assert ctl.apply(optimizer, 5, seconds=1800.0) == pytest.approx(2.5e-4)  # ramp 5/10 x half the budget left
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-4)
+    steps = LRController(TrainConfig(schedule="linear_decay", lr=1e-3, warmup_steps=0, max_steps=100), 512)
+    # no time limit: the fraction spent before each update, so update 100 of 100 still moves
+    assert [steps.lr(s, seconds=1e9) for s in (1, 51, 100, 101)] == pytest.approx([1e-3, 5e-4, 1e-5, 0.0])
 
 
 def test_label_smoothed_loss_closed_form() -> None:

@@ -66,6 +66,14 @@ def test_resume_is_bitwise_equal_to_uninterrupted(data_dir: Path, tmp_path: Path
     assert "resuming" in (tmp_path / "split" / "train.log").read_text()
 
 
+def test_linear_decay_reaches_zero_at_the_step_budget(data_dir: Path, tmp_path: Path) -> None:
+    run(data_dir, tmp_path / "run", max_steps=20, eval_every=20, log_every=5, schedule="linear_decay", lr=1e-3,
+        warmup_steps=0)
+    rates = [float(line.split("| lr ")[1].split(" ")[0])
+             for line in (tmp_path / "run" / "train.log").read_text().splitlines() if "| lr " in line]
+    assert rates == pytest.approx([1e-3 * (1 - (s - 1) / 20) for s in (5, 10, 15, 20)], rel=1e-3)
+
+
 def test_existing_run_needs_resume(data_dir: Path, tmp_path: Path) -> None:
     run(data_dir, tmp_path / "run", max_steps=5, eval_every=5)
     with pytest.raises(NmtError, match="already holds a run"):

@@ -64,7 +64,7 @@ class Updates:
                 scaler.scale(loss * (rt.world_size / tgt_tokens)).backward()
             sums += torch.stack([loss.detach(), nll.detach()]).float()
         step = run.progress.step + 1
-        rate = run.lr.apply(optimizer, step)
+        rate = run.lr.apply(optimizer, step, run.progress.train_seconds)
         scaler.unscale_(optimizer)
         clip = run.cfg.train.clip_norm if run.cfg.train.clip_norm > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
