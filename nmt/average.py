@@ -10,6 +10,7 @@ The result keeps the first checkpoint's config, SentencePiece model and metadata
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,34 @@ from nmt.errors import NmtError
 from nmt.model_spec import ModelSpec
 
 NON_ARCHITECTURE = ("dropout", "attn_dropout", "act_dropout", "word_dropout")
+NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
+
+
+def numbered_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
+    """The ``checkpoint_<step>.pt`` files that ``train.save_every`` keeps in ``directory``, oldest first."""
+    found = [(int(match.group(1)), path) for path in Path(directory).iterdir()
+             if (match := NUMBERED.fullmatch(path.name)) and path.is_file()]
+    return sorted(found)
+
+
+def last_checkpoints(directory: str | Path, count: int, upper_bound: int | None = None) -> list[Path]:
+    """The ``count`` newest numbered checkpoints of ``directory`` (steps <= ``upper_bound`` when given), newest
+    first: fairseq's ``average_checkpoints.py --num-update-checkpoints N --checkpoint-upper-bound U``.
+
+    Raises:
+        NmtError: ``directory`` is not a directory, ``count`` < 1, or fewer than ``count`` checkpoints qualify.
+    """
+    if not Path(directory).is_dir():
+        raise NmtError(f"{directory}: not a directory of checkpoints")
+    if count < 1:
+        raise NmtError(f"--num-update-checkpoints must be at least 1, got {count}")
+    steps = [(step, path) for step, path in numbered_checkpoints(directory)
+             if upper_bound is None or step <= upper_bound]
+    if len(steps) < count:
+        bound = f" at or before step {upper_bound}" if upper_bound is not None else ""
+        raise NmtError(f"{directory}: {len(steps)} checkpoint_<step>.pt files{bound}, need {count} "
+                       "(train.save_every keeps them)")
+    return [path for _, path in reversed(steps[-count:])]
 
 
 def _architecture(payload: dict[str, Any]) -> dict[str, Any]:

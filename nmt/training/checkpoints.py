@@ -10,6 +10,7 @@ from typing import Any
 
 from nmt import rng
 from nmt.atomic import atomic_write_bytes
+from nmt.average import numbered_checkpoints
 from nmt.checkpoint import load_checkpoint, model_payload, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, config_to_dict
 from nmt.errors import NmtError
@@ -144,8 +145,7 @@ def keep_numbered(run: RunState) -> None:
     keep = run.cfg.train.keep_last
     if keep <= 0:
         return
-    numbered = sorted(run.save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    for old in numbered[:-keep]:
+    for _, old in numbered_checkpoints(run.save_dir)[:-keep]:
         old.unlink(missing_ok=True)
 
 
