@@ -125,6 +125,7 @@ class TrainConfig:
     eval_beam: int = 0  # beam for validation BLEU; 0: decode.beam
     save_every: int = 0  # every N steps a restore point (checkpoint_last.pt) and a kept checkpoint_<step>.pt; 0: off
     keep_last: int = 0  # how many checkpoint_<step>.pt to keep; 0: all
+    test_average: int = 0  # make train / reproduce test the average of the last N checkpoint_<step>.pt; 0: best
     log_every: int = 50
     progress: bool = True
     tensorboard: bool = True
@@ -439,6 +440,11 @@ def validate(config: Config) -> None:
     if t.schedule == "linear_decay" and t.max_steps <= 0 and t.max_minutes <= 0:
         raise NmtError("config key 'train.schedule': linear_decay decays to zero at the end of the budget, so it "
                        "needs train.max_steps or train.max_minutes")
+    if t.test_average < 0:
+        raise NmtError(f"config key 'train.test_average': {t.test_average} must be >= 0")
+    if t.test_average > 0 and (t.save_every <= 0 or 0 < t.keep_last < t.test_average):
+        raise NmtError(f"config key 'train.test_average': averaging the last {t.test_average} checkpoints needs "
+                       f"train.save_every > 0 and train.keep_last 0 or >= {t.test_average}")
     if d.nbest > d.beam:
         raise NmtError(f"config key 'decode.nbest': {d.nbest} exceeds decode.beam {d.beam}")
     if "-" not in config.data.pair or len(config.data.pair.split("-")) != 2:

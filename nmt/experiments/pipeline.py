@@ -166,13 +166,31 @@ def interrupted() -> int:
     return 130
 
 
+def checkpoint_to_test(spec: RunSpec) -> Path:
+    """``checkpoint_best.pt``; with ``train.test_average`` N > 0, ``checkpoint_avg.pt``: the average of the run's N
+    newest ``checkpoint_<step>.pt`` (fairseq's ``average_checkpoints.py --num-update-checkpoints N``), rebuilt when
+    an input is newer than it."""
+    from nmt.average import average_checkpoints, last_checkpoints
+    from nmt.checkpoint import save_checkpoint
+
+    count = load_config(spec.config_path, spec.overrides).train.test_average
+    if count <= 0:
+        return spec.save_dir / "checkpoint_best.pt"
+    inputs = last_checkpoints(spec.save_dir, count)
+    averaged = spec.save_dir / "checkpoint_avg.pt"
+    if not averaged.is_file() or averaged.stat().st_mtime < max(path.stat().st_mtime for path in inputs):
+        save_checkpoint(averaged, average_checkpoints(inputs))
+    return averaged
+
+
 def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
-    """Translate the test set with the best checkpoint and score it; cached in ``save_dir/test_scores.json``."""
+    """Translate the test set with the best checkpoint (or the average, :func:`checkpoint_to_test`) and score it;
+    cached in ``save_dir/test_scores.json``."""
     from nmt.data.text import read_lines, write_lines_atomic
     from nmt.evaluate import corpus_scores
     from nmt.translate import Translator
 
-    best = spec.save_dir / "checkpoint_best.pt"
+    best = checkpoint_to_test(spec)
     scores_path = spec.save_dir / "test_scores.json"
     if not force and scores_path.is_file() and scores_path.stat().st_mtime >= best.stat().st_mtime:
         return dict(json.loads(scores_path.read_text(encoding="utf-8")))
