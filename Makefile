@@ -14,6 +14,8 @@ SYSTEMS ?= prenorm_fixnorm_scalenorm qknorm
 SEEDS ?= 1
 # STEPS: train every reproduce run for this many updates (no time limit), so runs on different machines compare
 STEPS ?=
+# SET: config overrides of `make train`, space-separated (e.g. SET="train.max_minutes=120 train.save_every=400")
+SET ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint floors train bench reproduce clean
@@ -36,7 +38,8 @@ floors: $(STAMP)
 	$(BIN)/python scripts/check_floors
 
 train: $(STAMP)
-	$(BIN)/python scripts/train_pair --pair $(PAIR) --system $(SYSTEM) --device $(DEVICE) --scale $(SCALE) $(if $(FROM),--from-dir $(FROM),)
+	$(BIN)/python scripts/train_pair --pair $(PAIR) --system $(SYSTEM) --device $(DEVICE) --scale $(SCALE) $(if $(FROM),--from-dir $(FROM),) \
+		$(foreach o,$(SET),--set $(o))
 
 bench: $(STAMP)
 	$(BIN)/nmt bench configs/bench.yaml --device $(DEVICE)
