@@ -3,6 +3,7 @@ and a bad one is a one-line error before any data is prepared."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ def test_bad_override_is_one_line_before_preparing(tmp_path: Path, override: str
     data = tmp_path / "data"
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_pair"), "--pair", "gl-en", "--scale", "cpu",
                              "--data-dir", str(data), "--from-dir", str(tmp_path / "nowhere"), "--set", override],
-                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+                            capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                                  os.environ.get("PYTHONPATH")]))})
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and message in result.stderr
     assert not data.exists()  # nothing prepared
