@@ -2,8 +2,9 @@
 
 Each stage is resumable: prepared data is reused, training continues from ``checkpoint_last.pt``, a run that finished
 with the same resolved config (the checkpoint records both) is not trained again, and a tested run
-(``test_scores.json`` newer than ``checkpoint_best.pt``) is not decoded again. (``nmt train --resume`` on a finished
-run stops at once by itself too: every stopping condition, the training clock included, is saved in the checkpoint.)
+(``test_scores.json`` of the same checkpoint and newer than it) is not decoded again. (``nmt train --resume`` on a
+finished run stops at once by itself too: every stopping condition, the training clock included, is saved in the
+checkpoint.)
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def finished(save_dir: Path, config: dict[str, Any]) -> bool:
     return same_config(payload["config"], config)
 
 
-# Config keys that change what a run prints, not what it trains: a finished run is finished whatever they say.
-COSMETIC = {"train": ("progress", "tensorboard", "log_every")}
+# Config keys that change what a run prints or which checkpoint is tested, not what it trains: a finished run is
+# finished whatever they say.
+COSMETIC = {"train": ("progress", "tensorboard", "log_every", "test_average")}
 
 
 def same_config(saved: dict[str, Any], config: dict[str, Any]) -> bool:
@@ -193,7 +195,9 @@ def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
     best = checkpoint_to_test(spec)
     scores_path = spec.save_dir / "test_scores.json"
     if not force and scores_path.is_file() and scores_path.stat().st_mtime >= best.stat().st_mtime:
-        return dict(json.loads(scores_path.read_text(encoding="utf-8")))
+        cached = dict(json.loads(scores_path.read_text(encoding="utf-8")))
+        if cached.get("checkpoint") == str(best):  # not the scores of the other choice (train.test_average)
+            return cached
     src_lang, tgt_lang = spec.pair.split("-")
     pair_dir = Path(spec.data_dir) / spec.pair
     sources = read_lines(pair_dir / "raw" / f"test.{src_lang}")
