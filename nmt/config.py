@@ -69,6 +69,7 @@ class DataConfig:
     bpe_size: int = 8000
     max_len: int = 250  # training pairs with more subwords on either side are skipped (and counted)
     keep_partial: bool = False  # TED: strip NULL markers and keep the rest instead of the official drop rule
+    bpe_dropout: float = 0.0  # training: each epoch's pieces sampled, every BPE merge skipped with this probability
 
 
 @dataclass(frozen=True)
@@ -426,10 +427,13 @@ def validate(config: Config) -> None:
         raise NmtError(f"config key 'model.n_heads': d_model {m.d_model} is not divisible by {m.n_heads} heads")
     rates: list[tuple[str, float]] = [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
                        ("model.act_dropout", m.act_dropout), ("model.word_dropout", m.word_dropout),
-                       ("train.label_smoothing", t.label_smoothing)]
+                       ("train.label_smoothing", t.label_smoothing), ("data.bpe_dropout", config.data.bpe_dropout)]
     for key, value in rates:
         if not 0.0 <= value < 1.0:
             raise NmtError(f"config key '{key}': {value} must be in [0, 1)")
+    if config.data.bpe_dropout > 0 and m.logit_mask:
+        raise NmtError("config key 'data.bpe_dropout': sampled segmentations produce pieces the logit mask (the "
+                       "types of the deterministic training targets) forbids; set model.logit_mask false")
     if m.qknorm_length is not None and not m.qknorm_length > 1:
         raise NmtError(f"config key 'model.qknorm_length': L={m.qknorm_length} must be > 1")
     if t.init_reset:

@@ -14,6 +14,7 @@ from nmt.data.batching import ParallelData
 from nmt.data.binarized import load_split
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.settings import check_prepared
+from nmt.data.subword_sampling import SubwordSampler, read_training_text
 from nmt.errors import NmtError
 from nmt.model_spec import ModelSpec
 from nmt.validation import DevSet
@@ -24,7 +25,8 @@ from nmt.vocab import EOS, UNK
 class TrainingData:
     """A run's data: the training pairs within ``data.max_len`` (``dropped_long`` were longer), the dev set, the
     SentencePiece model and the :class:`~nmt.model_spec.ModelSpec` resolved from them (its logit mask: the types
-    of the training target side, plus UNK and EOS)."""
+    of the training target side, plus UNK and EOS). With ``data.bpe_dropout`` the ``sampler`` segments each
+    epoch's training pairs afresh (:meth:`epoch_data`); ``train`` holds their deterministic pieces."""
 
     train: ParallelData
     dev: DevSet
@@ -32,6 +34,11 @@ class TrainingData:
     spec: ModelSpec
     spm_bytes: bytes
     tokenizer: SentencePieceTokenizer
+    sampler: SubwordSampler | None = None
+
+    def epoch_data(self, epoch: int) -> ParallelData:
+        """The training pairs as epoch ``epoch`` sees them: sampled with BPE-dropout, or the prepared pieces."""
+        return self.train if self.sampler is None else self.sampler.epoch(epoch)
 
 
 def target_vocabulary(targets: list[np.ndarray], vocab_size: int) -> torch.Tensor:
@@ -62,6 +69,8 @@ def load_training_data(cfg: Config) -> TrainingData:
     src, tgt = meta["src"], meta["tgt"]
     train = ParallelData(load_split(pair_dir, "train", src), load_split(pair_dir, "train", tgt))
     keep = target_vocabulary(train.tgt, int(meta["vocab_size"]))  # before length filtering, as the official code
+    kept = train.within(cfg.data.max_len)
+    lines = len(train)
     train, dropped = train.filter_max_len(cfg.data.max_len)
     if len(train) == 0:
         raise NmtError(f"no training pairs in {pair_dir} within data.max_len={cfg.data.max_len}")
@@ -74,4 +83,10 @@ def load_training_data(cfg: Config) -> TrainingData:
     spm_bytes = spm_path.read_bytes()
     spec = ModelSpec.resolve(cfg.model, int(meta["vocab_size"]), float(meta["length_p975"]), spm=spm_bytes,
                              logit_mask=keep, data_name=f"{pair_dir}/train")
-    return TrainingData(train, DevSet(dev, references[:n]), dropped, spec, spm_bytes, SentencePieceTokenizer(spm_path))
+    tokenizer = SentencePieceTokenizer(spm_path)
+    sampler = None
+    if cfg.data.bpe_dropout > 0:
+        src_lines, tgt_lines = read_training_text(pair_dir, src, tgt, kept, lines)
+        sampler = SubwordSampler(tokenizer, src_lines, tgt_lines, train, cfg.data.bpe_dropout, cfg.train.seed,
+                                 cfg.data.max_len)
+    return TrainingData(train, DevSet(dev, references[:n]), dropped, spec, spm_bytes, tokenizer, sampler)

@@ -97,10 +97,10 @@ def test_batches_for_cuda_are_pinned_and_copied_asynchronously(fake_cuda: dict[s
     rows = [np.arange(4, 4 + n) for n in (3, 5, 2, 6)]
     data = ParallelData(rows, rows)
     batches = make_batches(*data.lengths(), max_tokens=12, seed=1, epoch=1)
-    loader = BatchLoader(data, torch.device("cuda", 0))
+    loader = BatchLoader(torch.device("cuda", 0))
     try:
-        got = loader.get((1, 0), batches[:1], (1, 1), batches[1:2])
-        got += loader.get((1, 1), batches[1:2])
+        got = loader.get(data, (1, 0), batches[:1], (1, 1), batches[1:2])
+        got += loader.get(data, (1, 1), batches[1:2])
     finally:
         loader.close()
     assert len(pinned) == 2 and len(got) == 2 and copies == [True] * 6  # src, tgt_in, tgt_out of each batch

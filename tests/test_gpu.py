@@ -125,7 +125,7 @@ def test_cached_beam_search_equals_uncached_on_cuda(variant: str, monkeypatch: p
 def test_training_step_never_waits_for_the_device(data_dir: Path, tmp_path: Path, precision: str) -> None:
     cfg = config_from_dict(tiny_config(data_dir, tmp_path / "run", device="cuda", precision=precision))
     trainer = Trainer(cfg, Runtime(CUDA, precision))
-    batches = [collate(trainer.data.train, ix).pin_memory().to(CUDA) for ix in trainer.epoch_batches(1)[:4]]
+    batches = [collate(trainer.epoch_data(1), ix).pin_memory().to(CUDA) for ix in trainer.epoch_batches(1)[:4]]
     trainer.train_step(batches[:1])  # first step: lazy initialisation (scaler, optimizer state) may synchronise
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

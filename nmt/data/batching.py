@@ -35,9 +35,13 @@ class ParallelData:
         tgt = np.fromiter((len(t) + 1 for t in self.tgt), dtype=np.int64, count=len(self.tgt))
         return src, tgt
 
+    def within(self, max_len: int) -> list[int]:
+        """Indices of the pairs with at most ``max_len`` tokens on both sides."""
+        return [i for i in range(len(self)) if len(self.src[i]) <= max_len and len(self.tgt[i]) <= max_len]
+
     def filter_max_len(self, max_len: int) -> tuple[ParallelData, int]:
         """Drop pairs with more than ``max_len`` tokens on either side; return the kept data and the drop count."""
-        keep = [i for i in range(len(self)) if len(self.src[i]) <= max_len and len(self.tgt[i]) <= max_len]
+        keep = self.within(max_len)
         kept = ParallelData([self.src[i] for i in keep], [self.tgt[i] for i in keep])
         return kept, len(self) - len(keep)
 

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import sentencepiece as spm
@@ -72,6 +73,23 @@ class SentencePieceTokenizer:
         if not texts:
             return []
         return [list(ids) for ids in self._sp.Encode(texts, out_type=int, num_threads=threads)]
+
+    def encode_sampled(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
+        """Piece ids of many sentences, each segmentation drawn at random: SentencePiece's subword sampling, which
+        for a BPE model is BPE-dropout (each merge skipped with probability ``alpha``; Provilkov et al. 2020,
+        arXiv 1910.13267). The draws are a pure function of ``(texts, alpha, seed)``; ``alpha`` 0 gives
+        :meth:`encode`'s pieces.
+
+        SentencePiece draws from a thread-local generator seeded from a process-wide seed when a thread first
+        samples, so the sentences are encoded in a thread of their own, started after the seed is set.
+        """
+        def draw() -> list[list[int]]:
+            spm.set_random_generator_seed(seed & 0x7FFFFFFF)  # never 2^32 - 1, which SentencePiece reads as "unset"
+            return [list(self._sp.Encode(text, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1))
+                    for text in texts]
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-spm-sample") as pool:
+            return pool.submit(draw).result()
 
     def decode(self, ids: list[int]) -> str:
         """Text of a piece-id sequence; PAD, BOS and EOS are skipped, UNK becomes `` ⁇ ``."""

@@ -73,7 +73,7 @@ def measure(cfg: Config, steps: int, warmup: int) -> dict[str, Any]:
         batches = trainer.epoch_batches(1)
         uf = cfg.train.update_freq  # the batches time_training timed
         chunks = [batches[i % len(batches)] for i in range(warmup * uf, (warmup + steps) * uf)]
-        flops = training_flops(cfg, trainer.data.spec.vocab_size, trainer.src_lens, trainer.tgt_lens, chunks)
+        flops = training_flops(cfg, trainer.data.spec.vocab_size, *trainer.epoch_data(1).lengths(), chunks)
         seconds = steps / timed["steps_per_s"]["median"]
         result = {"precision": runtime.precision, "max_tokens": cfg.train.max_tokens, "steps": steps,
                   "src_tgt_tokens_per_s": timed["src_tgt_tokens_per_s"]["median"],

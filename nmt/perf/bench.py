@@ -109,12 +109,13 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
     needed = (warmup + steps) * uf
     chunks = [batches[i % len(batches)] for i in range(needed)]
     device = trainer.rt.device
-    loader = BatchLoader(trainer.data.train, device)  # as in training: collated ahead, pinned on CUDA
+    data = trainer.epoch_data(1)
+    loader = BatchLoader(device)  # as in training: collated ahead, pinned on CUDA
 
     def update(k: int) -> tuple[float, float, int]:
         indices = chunks[k * uf:(k + 1) * uf]
         following = chunks[(k + 1) * uf:(k + 2) * uf] or None
-        stats = trainer.train_step(loader.get((0, k), indices, (0, k + 1), following))
+        stats = trainer.train_step(loader.get(data, (0, k), indices, (0, k + 1), following))
         return stats["src_tokens"], stats["tgt_tokens"], sum(len(ix) for ix in indices)
 
     try:
@@ -124,8 +125,8 @@ def time_training(trainer: Trainer, steps: int | None, warmup: int, repeats: int
         result["peak_rss_mb"] = peak_rss_mb()  # before the roof's replay allocates its own operands
         if roof_samples > 0:
             picks = sorted({warmup + (i * steps) // roof_samples for i in range(roof_samples)})
-            result["roof"] = matmul_roof(trainer, [loader.get((1, k), chunks[k * uf:(k + 1) * uf]) for k in picks],
-                                         bandwidth)
+            replayed = [loader.get(data, (1, k), chunks[k * uf:(k + 1) * uf]) for k in picks]
+            result["roof"] = matmul_roof(trainer, replayed, bandwidth)
         return result
     finally:
         loader.close()

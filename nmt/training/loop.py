@@ -16,7 +16,7 @@ import numpy as np
 
 from nmt.checkpoint import remove_temporaries
 from nmt.config import Config
-from nmt.data.batching import Batch, make_batches
+from nmt.data.batching import Batch, ParallelData, make_batches
 from nmt.errors import NmtError
 from nmt.hardware import MACHINE_LINE, describe_machine, machine_info
 from nmt.loader import BatchLoader
@@ -37,8 +37,7 @@ class Trainer:
         self.state = RunState.build(cfg, runtime)
         self.updates = Updates(self.state)
         self.stop_signal = 0
-        self.src_lens, self.tgt_lens = self.state.data.train.lengths()
-        self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+        self._epoch_cache: tuple[int, ParallelData, list[np.ndarray]] | None = None
         self.postfix: dict[str, str] = {}
 
     cfg = property(lambda self: self.state.cfg)
@@ -50,14 +49,24 @@ class Trainer:
     def progress(self) -> Progress:
         return self.state.progress
 
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's share of the epoch: every rank gets the same number of batches (built once per epoch)."""
+    def _epoch(self, epoch: int) -> tuple[int, ParallelData, list[np.ndarray]]:
+        """The epoch's training pairs and this rank's share of its batches (built once per epoch)."""
         if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            batches = make_batches(self.src_lens, self.tgt_lens, self.cfg.train.max_tokens, self.cfg.train.seed,
-                                   epoch)
+            data = self.data.epoch_data(epoch)  # the same on every rank: a pure function of (seed, epoch)
+            src_lens, tgt_lens = data.lengths()
+            batches = make_batches(src_lens, tgt_lens, self.cfg.train.max_tokens, self.cfg.train.seed, epoch)
             per_rank = len(batches) // self.rt.world_size
-            self._epoch_cache = (epoch, batches[self.rt.rank::self.rt.world_size][:per_rank])
-        return self._epoch_cache[1]
+            self._epoch_cache = (epoch, data, batches[self.rt.rank::self.rt.world_size][:per_rank])
+        return self._epoch_cache
+
+    def epoch_data(self, epoch: int) -> ParallelData:
+        """The training pairs as ``epoch`` sees them (:meth:`nmt.train_data.TrainingData.epoch_data`)."""
+        return self._epoch(epoch)[1]
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's share of the epoch's batches (indices into :meth:`epoch_data`): every rank gets the same
+        number of batches."""
+        return self._epoch(epoch)[2]
 
     def train_step(self, batches: list[Batch]) -> dict[str, float]:
         """One update (:meth:`nmt.training.updates.Updates.step`)."""
@@ -108,17 +117,17 @@ class Trainer:
         started, start_seconds = time.time(), p.train_seconds
         window = {"tokens": 0.0, "time": time.time()}
         reason = ""
-        loader = BatchLoader(self.data.train, self.rt.device)
+        loader = BatchLoader(self.rt.device)
         try:
             while not (reason := stop_reason(self.state, self.stop_signal, started, start_seconds)):
-                batches = self.epoch_batches(p.epoch)
+                _, data, batches = self._epoch(p.epoch)
                 uf = t.update_freq
                 if p.batch_in_epoch + uf > len(batches):
                     p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                     continue
                 start, ahead = p.batch_in_epoch, p.batch_in_epoch + uf
                 following = batches[ahead:ahead + uf] if ahead + uf <= len(batches) else None
-                stats = self.train_step(loader.get((p.epoch, start), batches[start:ahead], (p.epoch, ahead),
+                stats = self.train_step(loader.get(data, (p.epoch, start), batches[start:ahead], (p.epoch, ahead),
                                                    following))
                 p.batch_in_epoch += uf
                 p.train_seconds = start_seconds + time.time() - started
