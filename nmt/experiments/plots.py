@@ -59,15 +59,17 @@ def seed_band(curves: Mapping[str, Sequence[Sequence[float]]]) -> Band:
     return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]
 
 
-def plot_dev_bleu(curves: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], path: Path, title: str) -> Path:
-    """Dev BLEU against training step: per system a thin line for every seed, the mean over the seeds and a band
-    from their minimum to their maximum.
+def plot_dev_bleu(curves: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], path: Path, title: str,
+                  x_label: str = "training step") -> Path:
+    """Dev BLEU against training step (or another x): per system a thin line for every seed, the mean over the
+    seeds and a band from their minimum to their maximum.
 
     Args:
-        curves: system → seed label → ``[[step, bleu], ...]`` (systems without points are listed as "no
-            evaluations").
+        curves: system → seed label → ``[[x, bleu], ...]`` (systems without points are listed as "no
+            evaluations"); the band needs the seeds to share their x values.
         path: the PNG to write.
         title: figure title (e.g. the pair).
+        x_label: what x is.
     """
     figure = new_figure(7.0, 4.5)
     axes = figure.add_subplot()
@@ -84,7 +86,7 @@ def plot_dev_bleu(curves: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
             axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
         axes.plot(steps, mean, color=color, linewidth=1.8, marker="o" if len(steps) < 30 else None, markersize=3,
                   label=f"{system} (mean of {len(drawn)} seed{'s' if len(drawn) > 1 else ''})")
-    axes.set_xlabel("training step")
+    axes.set_xlabel(x_label)
     axes.set_ylabel("dev BLEU (tokenized)")
     axes.set_title(title)
     axes.grid(alpha=0.3)
