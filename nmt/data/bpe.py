@@ -77,8 +77,8 @@ class SentencePieceTokenizer:
     def encode_sampled(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
         """Piece ids of many sentences, each segmentation drawn at random: SentencePiece's subword sampling, which
         for a BPE model is BPE-dropout (each merge skipped with probability ``alpha``; Provilkov et al. 2020,
-        arXiv 1910.13267). The draws are a pure function of ``(texts, alpha, seed)``; ``alpha`` 0 gives
-        :meth:`encode`'s pieces.
+        arXiv 1910.13267). Within one process the draws are a function of ``(texts, alpha, seed)`` (not across
+        processes: :mod:`nmt.data.subword_sampling`); ``alpha`` 0 gives :meth:`encode`'s pieces.
 
         SentencePiece draws from a thread-local generator seeded from a process-wide seed when a thread first
         samples, so the sentences are encoded in a thread of their own, started after the seed is set.

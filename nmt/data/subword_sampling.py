@@ -6,8 +6,13 @@ is seen in many segmentations; p = 0.1 in the paper), a regularizer for small co
 sampling happens when the training data is read, so every epoch differs; dev and test keep the deterministic
 segmentation, and so does decoding.
 
-An epoch's pieces are a pure function of ``(train.seed, epoch)``: a resumed run, and every process of a distributed
-run, draws the same ones. The set of training pairs is the deterministic one (``data.max_len`` filters on the
+Known limitation (found 2026-12-04, sentencepiece 0.2.3): the draws repeat for a given ``(train.seed, epoch)``
+within one process only. SentencePiece's BPE sampling does not follow ``set_random_generator_seed`` across processes
+(two processes with the same seed draw different pieces), so a run resumed in a new process, and the ranks of a
+distributed run, draw different pieces than an uninterrupted single process would: resume is not bitwise with
+``data.bpe_dropout`` > 0 (it is with the default 0).
+
+The set of training pairs is the deterministic one (``data.max_len`` filters on the
 deterministic pieces); a pair whose sampled pieces exceed ``data.max_len`` on either side keeps its deterministic
 pieces that epoch, so ``data.max_len`` still bounds every training sequence.
 """
