@@ -1,6 +1,6 @@
-"""Subword sampling (``data.bpe_dropout``, BPE-dropout through SentencePiece): draws are segmentations of the same
-text, repeat for (seed, epoch) within a process, are bounded by ``data.max_len``; training on them learns and resumes
-bitwise within a process (not across processes: the known limitation in nmt.data.subword_sampling)."""
+"""Subword sampling (``data.bpe_dropout``, BPE-dropout over the SentencePiece model): draws are segmentations of the
+same text, repeat for (seed, epoch), are bounded by ``data.max_len``; training on them learns and resumes bitwise
+(the draws are the same in every process: tests/test_bpe_dropout.py)."""
 
 from __future__ import annotations
 
@@ -107,11 +107,12 @@ def test_training_with_bpe_dropout_learns_and_resumes_bitwise(data_dir: Path, tm
     def run(save_dir: Path, resume: bool = False, **overrides: Any) -> dict[str, Any]:
         return train(config_from_dict(config(data_dir, save_dir, 0.1, **overrides)), resume=resume)
 
-    result = run(tmp_path / "full", max_steps=300, eval_every=100)
-    # several epochs of draws, and it learned (chance is ~0; slower than without sampling: 39-45 seen at 300 steps)
-    assert result["epoch"] > 2 and result["best_bleu"] > 30.0
+    result = run(tmp_path / "full", max_steps=400, eval_every=100)
+    # several epochs of draws, and it learned (chance is ~0; slower than without sampling: ~54 seen at 400 steps,
+    # ~69 without sampling)
+    assert result["epoch"] > 2 and result["best_bleu"] > 35.0
     run(tmp_path / "split", max_steps=110, eval_every=100)
-    run(tmp_path / "split", resume=True, max_steps=300, eval_every=100)
+    run(tmp_path / "split", resume=True, max_steps=400, eval_every=100)
     full = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")["model"]
     split = load_checkpoint(tmp_path / "split" / "checkpoint_last.pt")["model"]
     assert all(torch.equal(full[k], split[k]) for k in full)

@@ -13,12 +13,12 @@ import os
 import random
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import sentencepiece as spm
 
 from nmt.atomic import atomic_write_bytes
+from nmt.data.bpe_dropout import BpeDropout
 from nmt.errors import NmtError
 from nmt.vocab import BOS, EOS, PAD, UNK
 
@@ -50,6 +50,7 @@ class SentencePieceTokenizer:
         ids = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if ids != (PAD, UNK, BOS, EOS):
             raise NmtError(f"SentencePiece model has special ids {ids}, expected {(PAD, UNK, BOS, EOS)}")
+        self._dropout: BpeDropout | None = None  # built on the first sampled encoding
 
     @property
     def vocab_size(self) -> int:
@@ -75,21 +76,14 @@ class SentencePieceTokenizer:
         return [list(ids) for ids in self._sp.Encode(texts, out_type=int, num_threads=threads)]
 
     def encode_sampled(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
-        """Piece ids of many sentences, each segmentation drawn at random: SentencePiece's subword sampling, which
-        for a BPE model is BPE-dropout (each merge skipped with probability ``alpha``; Provilkov et al. 2020,
-        arXiv 1910.13267). Within one process the draws are a function of ``(texts, alpha, seed)`` (not across
-        processes: :mod:`nmt.data.subword_sampling`); ``alpha`` 0 gives :meth:`encode`'s pieces.
-
-        SentencePiece draws from a thread-local generator seeded from a process-wide seed when a thread first
-        samples, so the sentences are encoded in a thread of their own, started after the seed is set.
-        """
-        def draw() -> list[list[int]]:
-            spm.set_random_generator_seed(seed & 0x7FFFFFFF)  # never 2^32 - 1, which SentencePiece reads as "unset"
-            return [list(self._sp.Encode(text, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1))
-                    for text in texts]
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-spm-sample") as pool:
-            return pool.submit(draw).result()
+        """Piece ids of many sentences, each segmentation drawn at random: BPE-dropout (each merge skipped with
+        probability ``alpha``; Provilkov et al. 2020, arXiv 1910.13267), SentencePiece's subword sampling for a BPE
+        model, drawn by :class:`~nmt.data.bpe_dropout.BpeDropout` from a generator seeded with ``seed``, so the
+        draws are a pure function of ``(texts, alpha, seed)`` in every process; ``alpha`` 0 gives :meth:`encode`'s
+        pieces."""
+        if self._dropout is None:
+            self._dropout = BpeDropout(self._sp)
+        return self._dropout.encode(texts, alpha, seed)
 
     def decode(self, ids: list[int]) -> str:
         """Text of a piece-id sequence; PAD, BOS and EOS are skipped, UNK becomes `` ⁇ ``."""

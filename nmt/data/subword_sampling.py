@@ -1,16 +1,11 @@
 """Subword sampling for training: every epoch sees its training sentences segmented afresh.
 
-With ``data.bpe_dropout`` p > 0 each epoch's pieces are drawn by SentencePiece's sampling, which for the joint BPE
-model is BPE-dropout (Provilkov et al. 2020, arXiv 1910.13267: each merge is skipped with probability p, so a word
-is seen in many segmentations; p = 0.1 in the paper), a regularizer for small corpora. As in JoeyNMT, the
-sampling happens when the training data is read, so every epoch differs; dev and test keep the deterministic
-segmentation, and so does decoding.
-
-Known limitation (found 2026-12-04, sentencepiece 0.2.3): the draws repeat for a given ``(train.seed, epoch)``
-within one process only. SentencePiece's BPE sampling does not follow ``set_random_generator_seed`` across processes
-(two processes with the same seed draw different pieces), so a run resumed in a new process, and the ranks of a
-distributed run, draw different pieces than an uninterrupted single process would: resume is not bitwise with
-``data.bpe_dropout`` > 0 (it is with the default 0).
+With ``data.bpe_dropout`` p > 0 each epoch's pieces are drawn by BPE-dropout (Provilkov et al. 2020, arXiv
+1910.13267: each merge is skipped with probability p, so a word is seen in many segmentations; p = 0.1 in the paper),
+SentencePiece's sampling for the joint BPE model, a regularizer for small corpora. As in JoeyNMT, the sampling
+happens when the training data is read, so every epoch differs; dev and test keep the deterministic segmentation, and
+so does decoding. The skips come from :class:`nmt.data.bpe_dropout.BpeDropout`, seeded by ``(train.seed, epoch,
+side)``: a resumed run and every rank of a distributed run draw the same pieces in any process.
 
 The set of training pairs is the deterministic one (``data.max_len`` filters on the
 deterministic pieces); a pair whose sampled pieces exceed ``data.max_len`` on either side keeps its deterministic
