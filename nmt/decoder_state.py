@@ -102,6 +102,21 @@ class DecoderState:
         slots[:, :, t] = torch.arange(self.group, device=slots.device)
         return dataclasses.replace(self, self_kv=self_kv, slots=slots)
 
+    def visible(self) -> Tensor | None:
+        """What the rows read at the position being decoded (``length``, after :meth:`advanced`): (n_blocks, 1,
+        group, group * capacity) bool, true where position ``s`` of slot ``k`` holds position ``s`` of row ``j``'s
+        hypothesis (``slots[:, j, s] == k``) and ``s <= length``; None when ``group`` is 1 (a row's own slot is its
+        history). Computed once a step for every layer and head."""
+        group = self.group
+        if group == 1:
+            return None
+        slots = self.slots
+        n_blocks, _, capacity = slots.shape
+        owners = torch.arange(group, device=slots.device)[:, None]  # (group, 1): slot k
+        visible = slots[:, :, None, :] == owners  # (n_blocks, row j, slot k, capacity)
+        visible &= torch.arange(capacity, device=slots.device) <= self.length
+        return visible.view(n_blocks, 1, group, group * capacity)
+
     def select(self, index: Tensor) -> DecoderState:
         """Keep/reorder live rows: row ``i`` of the result is row ``index[i]`` of this state."""
         group = self.group

@@ -165,8 +165,9 @@ class Transformer(nn.Module):
         t = state.length
         table = self.embed.table()
         x = self.embed(prev[:, None], table, offset=t, side=1)  # (N,) -> (N, 1, D)
+        visible = state.visible()
         for i, layer in enumerate(self.decoder.blocks):
-            x = decoder_layer_step(layer, x, state.self_kv[i], state.slots, t, state.memory_kv[i, 0],
+            x = decoder_layer_step(layer, x, state.self_kv[i], visible, t, state.memory_kv[i, 0],
                                    state.memory_kv[i, 1], state.src_mask, state.place)
         logits = self.embed.logits(self.decoder.final_norm(x[:, 0]), table)
         state = dataclasses.replace(state, length=t + 1)

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from nmt import config
 from nmt.kernels.incremental import cross_attention_step, self_attention_step
@@ -139,10 +140,34 @@ def test_cached_step_equals_causal_forward(name: str) -> None:
     attn = _attention(name)
     x = torch.randn(2, 7, D)
     full = attn(x, is_causal=True)
-    cache, slots = torch.zeros(2, 2, H, 1, 8, D // H), torch.zeros(2, 1, 8, dtype=torch.long)
+    cache = torch.zeros(2, 2, H, 1, 8, D // H)
     place = Placement(group=1, n_blocks=2)
-    steps = [self_attention_step(attn, x[:, t : t + 1], cache, slots, t, place) for t in range(7)]
+    steps = [self_attention_step(attn, x[:, t : t + 1], cache, None, t, place) for t in range(7)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_grouped_step_reads_each_rows_ancestors(name: str) -> None:
+    """Two beams of one sentence share a block: row 1 descends from row 0 until position 3, then from itself; each
+    row's step attends exactly to its own history (the keys/values its ancestors wrote), nothing else."""
+    attn = _attention(name)
+    g, capacity, steps = 2, 8, 6
+    x = torch.randn(g, steps, D)
+    cache = torch.zeros(2, 1, H, g, capacity, D // H)
+    slots = torch.tensor([[0] * capacity, [0, 0, 0] + [1] * (capacity - 3)])  # slot of each row's positions
+    place = Placement(group=g, n_blocks=1)
+    for t in range(steps):
+        visible = (slots[:, None, :] == torch.arange(g)[:, None]) & (torch.arange(capacity) <= t)
+        out = self_attention_step(attn, x[:, t : t + 1], cache, visible.view(1, 1, g, g * capacity), t, place)
+        _, k, v = attn.project_self(x)  # every row's own keys/values at every position
+        for j in range(g):
+            history = slots[j, : t + 1]  # row j's position s was written by row history[s]
+            keys = k[history, :, torch.arange(t + 1)].transpose(0, 1)[None]  # (1, H, t + 1, D/H)
+            values = v[history, :, torch.arange(t + 1)].transpose(0, 1)[None]
+            q = attn.project_self(x[j : j + 1, t : t + 1])[0]
+            expected = attn.out_proj(F.scaled_dot_product_attention(q, keys, values, scale=attn.scoring.scale)
+                                     .transpose(1, 2).reshape(1, 1, D))
+            torch.testing.assert_close(out[j : j + 1], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_attention_dropout_only_in_training() -> None:

@@ -18,22 +18,24 @@ from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.layers import DecoderLayer
 
 
-def self_attention_step(attn: MultiHeadAttention, x: Tensor, cache: Tensor, slots: Tensor, t: int,
+def self_attention_step(attn: MultiHeadAttention, x: Tensor, cache: Tensor, visible: Tensor | None, t: int,
                         place: Placement) -> Tensor:
     """One self-attention step over a cache that beam search never reorders.
 
     Every row writes its key/value at position ``t`` into its own slot (``j`` for row ``m * group + j``) of its
-    sentence's block; ``slots`` says, for each row and earlier position, which slot of the block holds that
-    position of the row's hypothesis (its ancestor's). The ``group`` queries of a block are scored against all
-    its slots at once and each row keeps the logits of its own ancestors: ``group`` times the (small) score
-    matmul, instead of copying every layer's cache each step to put the beams' histories in their rows.
+    sentence's block; a position of a row's hypothesis sits in the slot of the ancestor that wrote it. The
+    ``group`` queries of a block are scored against all its slots at once, ``visible`` keeps each row's own
+    ancestors, and one softmax over the block's slots gives weights that are zero elsewhere, so the values of all
+    slots are read in one matmul: ``group`` times the (small) matmuls, instead of copying every layer's cache each
+    step to put the beams' histories in their rows.
 
     Args:
         attn: the layer's self-attention.
         x: the live rows' new position (N, 1, D).
         cache: this layer's store (2, n_blocks, H, group, capacity, D/H); position ``t`` is written in place,
             positions after ``t`` hold finite values (zeros).
-        slots: (n_blocks, group, capacity) slot holding each position of each row's hypothesis.
+        visible: (n_blocks, 1, group, group * capacity) bool, :meth:`DecoderState.visible`: whether a row reads
+            a slot's position (its ancestor's, at most ``t``); None when ``group`` is 1.
         t: index of the new position.
         place: where the live rows sit in the store.
 
@@ -44,20 +46,15 @@ def self_attention_step(attn: MultiHeadAttention, x: Tensor, cache: Tensor, slot
     place.write(cache[:, :, :, :, t], k, v)
     q = place.to_blocks(q)  # (N, H, 1, D/H) -> (n_blocks, H, g, D/H)
     _, n_blocks, H, g, capacity, d_head = cache.shape
-    if g == 1:  # one row per block: its slot is its history
+    if visible is None:  # one row per block: its slot is its history
         out = F.scaled_dot_product_attention(q, cache[0, :, :, 0, : t + 1], cache[1, :, :, 0, : t + 1],
                                              scale=attn.scoring.scale)
         return attn.out_proj(place.to_rows(out))
-    keys = cache[0].view(n_blocks, H, g * capacity, d_head)
-    logits = attn.scores(q, keys).view(n_blocks, H, g, g, capacity)[..., : t + 1]  # (.., row, slot, position)
-    ancestors = slots[:, None, :, None, : t + 1].expand(n_blocks, H, g, 1, t + 1)
+    logits = attn.scores(q, cache[0].view(n_blocks, H, g * capacity, d_head))  # (n_blocks, H, g, g * capacity)
     wide = torch.promote_types(logits.dtype, torch.float32)  # as scores(): float64 stays float64
-    weights = logits.gather(3, ancestors).to(wide).softmax(-1)  # (n_blocks, H, g, 1, t + 1)
+    weights = torch.where(visible, logits, float("-inf")).softmax(-1, dtype=wide)
     values = cache[1].view(n_blocks, H, g * capacity, d_head)
-    # each row's weights at its ancestors' slots, in the values' dtype (the cast of the few weights, not of this)
-    spread = values.new_zeros(n_blocks, H, g, g, capacity)
-    spread[..., : t + 1].scatter_(3, ancestors, weights.to(values.dtype))
-    out = torch.matmul(spread.view(n_blocks, H, g, g * capacity), values)  # (n_blocks, H, g, D/H)
+    out = torch.matmul(weights.to(values.dtype), values)  # (n_blocks, H, g, D/H)
     return attn.out_proj(place.to_rows(out))
 
 
@@ -89,12 +86,12 @@ def cross_attention_step(attn: MultiHeadAttention, x: Tensor, memory_k: Tensor, 
     return attn.out_proj(place.to_rows(out))
 
 
-def decoder_layer_step(layer: DecoderLayer, x: Tensor, self_cache: Tensor, slots: Tensor, t: int,
+def decoder_layer_step(layer: DecoderLayer, x: Tensor, self_cache: Tensor, visible: Tensor | None, t: int,
                        memory_k: Tensor, memory_v: Tensor, src_mask: Tensor | None, place: Placement) -> Tensor:
     """One step of ``layer`` at position ``t`` of the live rows ``x`` (N, 1, D) placed by ``place``: the
-    self-attention store ``self_cache`` (2, n_blocks, H, group, capacity, D/H) with its ``slots``
-    (:func:`self_attention_step`), precomputed cross-attention keys/values (n_blocks, H, S, D/H); returns
+    self-attention store ``self_cache`` (2, n_blocks, H, group, capacity, D/H) with the positions each row reads,
+    ``visible`` (:func:`self_attention_step`), precomputed cross-attention keys/values (n_blocks, H, S, D/H); returns
     (N, 1, D)."""
-    x = layer.self_res(x, lambda h: self_attention_step(layer.self_attn, h, self_cache, slots, t, place))
+    x = layer.self_res(x, lambda h: self_attention_step(layer.self_attn, h, self_cache, visible, t, place))
     x = layer.cross_res(x, lambda h: cross_attention_step(layer.cross_attn, h, memory_k, memory_v, src_mask, place))
     return layer.ffn_res(x, layer.ffn)
