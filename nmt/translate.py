@@ -31,6 +31,7 @@ from nmt.data.batching import pad_sources
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
+from nmt.decode_workers import check_workers, map_ordered
 from nmt.ensemble import Ensemble, check_same_pieces
 from nmt.errors import NmtError
 from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
@@ -67,27 +68,31 @@ def decode_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int |
 
 def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settings: DecodeConfig, runtime: Runtime,
                    max_len_cap: int | None, batch_size: int | None = None, progress: bool = False,
-                   sampling: Sampling | None = None, first_index: int = 0) -> list[list[Hypothesis]]:
+                   sampling: Sampling | None = None, first_index: int = 0, workers: int = 1) -> list[list[Hypothesis]]:
     """The one batched decoding loop of validation and ``nmt translate``: piece-id sources (without EOS) in
     length-sorted batches of ``settings.max_tokens`` padded source tokens and at most ``batch_size`` sentences,
     each decoded by :func:`nmt.search.decode` under ``runtime``'s autocast (with ``sampling``: sampled, each
-    sentence keyed by ``first_index`` + its position, so its samples do not depend on the batching); results in
-    input order.
+    sentence keyed by ``first_index`` + its position, so its samples do not depend on the batching), ``workers``
+    batches at a time (:mod:`nmt.decode_workers`); results in input order.
 
     Empty sources are not decoded: they get ``settings.nbest`` empty hypotheses with score 0.
     """
     results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * settings.nbest for _ in sources]
     todo = [i for i, src in enumerate(sources) if len(src)]
+
+    def run(batch: list[int]) -> list[list[Hypothesis]]:
+        indices = [todo[j] for j in batch]
+        src = pad_sources([list(sources[i]) for i in indices]).to(runtime.device)
+        keys = torch.tensor(indices, dtype=torch.int64) + first_index
+        with torch.no_grad(), runtime.autocast():  # both are per thread
+            return decode(model, src, settings, max_len_cap, sampling, keys)
+
+    batches = decode_batches([len(sources[i]) + 1 for i in todo], settings.max_tokens, batch_size)
     with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
-        for batch in decode_batches([len(sources[i]) + 1 for i in todo], settings.max_tokens, batch_size):
-            indices = [todo[j] for j in batch]
-            src = pad_sources([list(sources[i]) for i in indices]).to(runtime.device)
-            keys = torch.tensor(indices, dtype=torch.int64) + first_index
-            with torch.no_grad(), runtime.autocast():
-                hyps = decode(model, src, settings, max_len_cap, sampling, keys)
-            for i, nbest_list in zip(indices, hyps, strict=True):
-                results[i] = nbest_list
-            bar.update(len(indices))
+        for batch, hyps in map_ordered(run, batches, workers):
+            for j, nbest_list in zip(batch, hyps, strict=True):
+                results[todo[j]] = nbest_list
+            bar.update(len(batch))
     return results
 
 
@@ -186,13 +191,16 @@ class Translator:
     def translate_ids(self, sources: Sequence[Sequence[int]], beam: int | None = None, lenpen: float | None = None,
                       nbest: int | None = None, max_tokens: int | None = None, progress: bool = False,
                       batch_size: int | None = None, sampling: Sampling | None = None,
-                      first_index: int = 0) -> list[list[Hypothesis]]:
+                      first_index: int = 0, workers: int = 1) -> list[list[Hypothesis]]:
         """Decode piece-id sources (without EOS) in length-sorted token-budget batches of at most ``batch_size``
         sentences (None: no limit); results in input order. With ``sampling``, ``nbest`` samples each instead of a
         search (``first_index``: the input index of ``sources[0]``, which with the seed fixes the samples).
 
+        ``workers`` batches are decoded at a time, each on one intra-op thread (:mod:`nmt.decode_workers`).
+
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """
+        check_workers(workers)
         overrides: dict[str, Any] = {"beam": beam, "lenpen": lenpen, "nbest": nbest, "max_tokens": max_tokens}
         settings = dataclasses.replace(self.config.decode, **{k: v for k, v in overrides.items() if v is not None})
         if settings.beam < 1:
@@ -205,12 +213,12 @@ class Translator:
             raise NmtError(f"--batch-size {batch_size} must be at least 1")
         cap = self.positions - 1  # the step that forces EOS reads position max_len
         return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress, sampling,
-                              first_index)
+                              first_index, workers)
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
                   progress: bool = False, first_line: int = 1, batch_size: int | None = None,
-                  sampling: Sampling | None = None) -> list[list[tuple[str, float]]]:
+                  sampling: Sampling | None = None, workers: int = 1) -> list[list[tuple[str, float]]]:
         """Translate raw text lines.
 
         Args:
@@ -222,6 +230,7 @@ class Translator:
             first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone)
                 and, with ``sampling``, the key of its samples.
             sampling: draw ``nbest`` samples per line (:mod:`nmt.search.sampling`) instead of searching.
+            workers: batches decoded at a time, one intra-op thread each (:mod:`nmt.decode_workers`).
 
         Returns:
             For each line, its n-best list of ``(text, score)``, best first; score is the length-penalised
@@ -229,7 +238,7 @@ class Translator:
         """
         sources = self.encode(lines, pretokenized, first_line)
         hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress, batch_size, sampling,
-                                  first_line - 1)
+                                  first_line - 1, workers)
         flat = [h for nbest_list in hyps for h in nbest_list]
         texts = iter(self.decode([h.tokens for h in flat], pretokenized))
         return [[(next(texts), h.score) for h in nbest_list] for nbest_list in hyps]
@@ -237,7 +246,7 @@ class Translator:
     def translate_stream(self, lines: Iterable[str], buffer_size: int, beam: int | None = None,
                          lenpen: float | None = None, nbest: int | None = None, max_tokens: int | None = None,
                          pretokenized: bool = False, progress: bool = False, batch_size: int | None = None,
-                         sampling: Sampling | None = None) -> Iterator[list[tuple[str, float]]]:
+                         sampling: Sampling | None = None, workers: int = 1) -> Iterator[list[tuple[str, float]]]:
         """Translate an iterable of lines of any length in bounded memory: read ``buffer_size`` lines, translate
         them (see :meth:`translate`), yield their n-best lists in input order, then read the next buffer.
 
@@ -246,13 +255,15 @@ class Translator:
         """
         if buffer_size < 1:
             raise NmtError(f"--buffer-size {buffer_size} must be at least 1")
+        check_workers(workers)
         source = iter(lines)
         first_line = 1
         buffer = list(itertools.islice(source, buffer_size))  # a bad first line fails before a progress bar shows
         with tqdm(unit="sent", disable=not progress, file=sys.stderr) as bar:
             while buffer:
                 yield from self.translate(buffer, beam, lenpen, nbest, max_tokens, pretokenized,
-                                          first_line=first_line, batch_size=batch_size, sampling=sampling)
+                                          first_line=first_line, batch_size=batch_size, sampling=sampling,
+                                          workers=workers)
                 first_line += len(buffer)
                 bar.update(len(buffer))
                 buffer = list(itertools.islice(source, buffer_size))

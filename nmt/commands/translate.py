@@ -27,6 +27,7 @@ from typing import BinaryIO, TextIO
 
 from nmt.atomic import atomic_open
 from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
+from nmt.decode_workers import check_workers
 from nmt.errors import NmtError
 from nmt.search import Sampling
 from nmt.stdio import input_lines, is_std
@@ -50,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="input is Moses-tokenized already: skip Moses tokenization and detokenization")
     parser.add_argument("--max-tokens", type=int, help="padded source tokens per batch (default: decode.max_tokens)")
     parser.add_argument("--batch-size", type=int, help="at most this many sentences per batch (default: no limit)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="batches decoded at a time, each in its own thread on one core (CTranslate2's "
+                             "inter_threads); on a CPU as many as cores keeps them busy (default: %(default)s)")
     parser.add_argument("--buffer-size", type=int, default=BUFFER_SIZE,
                         help="input lines read and translated at a time; bounds memory (default: %(default)s)")
     parser.add_argument("--sampling", action="store_true",
@@ -122,6 +126,7 @@ def sampling_of(args: argparse.Namespace) -> Sampling | None:
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_of(args)
+    check_workers(args.workers)  # before the model loads
     output = None if is_std(args.output) else Path(args.output)
     if output is not None:
         _check_writable(output)
@@ -146,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     with_scores = (args.nbest or translator.config.decode.nbest) > 1
     results = translator.translate_stream(lines, buffer_size, args.beam, args.lenpen, args.nbest, args.max_tokens,
                                           args.pretokenized, progress=not is_std(args.input) and not args.quiet,
-                                          batch_size=args.batch_size, sampling=sampling)
+                                          batch_size=args.batch_size, sampling=sampling, workers=args.workers)
     if output is None:
         _write(results, getattr(sys.stdout, "buffer", sys.stdout), with_scores, buffer_size)
         return 0
