@@ -53,9 +53,10 @@ def test_map_ordered_keeps_order_and_raises_the_first_error() -> None:
         return x * x
 
     assert list(map_ordered(slow_first, [0, 1, 2, 3], 3)) == [(0, 0), (1, 1), (2, 4), (3, 9)]
-    with intra_op_threads(2), pytest.raises(ValueError, match="five"):
-        list(map_ordered(slow_first, list(range(8)), 2))
-        assert torch.get_num_threads() == 2
+    with intra_op_threads(2):
+        with pytest.raises(ValueError, match="five"):
+            list(map_ordered(slow_first, list(range(8)), 2))
+        assert torch.get_num_threads() == 2  # restored after the error too
     with pytest.raises(NmtError, match="--workers 0 must be at least 1"):
         list(map_ordered(slow_first, [1], 0))
 
