@@ -115,6 +115,14 @@ def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: b
             "epoch": epoch}
 
 
+def restorable(payload: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The entries of a loaded checkpoint that :func:`restore_model` reads, with ``state`` as the weights (the
+    restored model's own ``state_dict()``, which shares its tensors: no second copy) and no training state."""
+    spm = tensor_to_bytes(payload["spm"])
+    return {"model": state, "config": payload["config"], "spm": payload["spm"],
+            **ModelSpec.from_payload(payload, spm).payload()}
+
+
 if TYPE_CHECKING:  # imported lazily below: the model and tokenizer are not needed to read or write checkpoints
     from nmt.config import Config
     from nmt.data.bpe import SentencePieceTokenizer

@@ -15,29 +15,32 @@ positions is truncated with a warning on stderr.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any, cast
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint, restorable, restore_model
 from nmt.config import Config, DecodeConfig
-from nmt.data.batching import pad_sources
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
+from nmt.decode_job import DecodeJob, for_precision, run_job
+from nmt.decode_processes import DecodeProcesses, ProcessSlot
 from nmt.decode_workers import check_workers, map_ordered
 from nmt.ensemble import Ensemble, check_same_pieces
 from nmt.errors import NmtError
-from nmt.quantize import INT8, choose_decode_precision, quantize_for_decoding
+from nmt.quantize import choose_decode_precision
 from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
 from nmt.scoring import PairScore, score_ids
-from nmt.search import Hypothesis, Sampling, Seq2Seq, decode
+from nmt.search import Hypothesis, Sampling, Seq2Seq
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
 
@@ -68,24 +71,25 @@ def decode_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int |
 
 def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settings: DecodeConfig, runtime: Runtime,
                    max_len_cap: int | None, batch_size: int | None = None, progress: bool = False,
-                   sampling: Sampling | None = None, first_index: int = 0, workers: int = 1) -> list[list[Hypothesis]]:
+                   sampling: Sampling | None = None, first_index: int = 0, workers: int = 1,
+                   processes: DecodeProcesses | None = None) -> list[list[Hypothesis]]:
     """The one batched decoding loop of validation and ``nmt translate``: piece-id sources (without EOS) in
     length-sorted batches of ``settings.max_tokens`` padded source tokens and at most ``batch_size`` sentences,
-    each decoded by :func:`nmt.search.decode` under ``runtime``'s autocast (with ``sampling``: sampled, each
+    each decoded by :func:`nmt.decode_job.run_job` under ``runtime``'s autocast (with ``sampling``: sampled, each
     sentence keyed by ``first_index`` + its position, so its samples do not depend on the batching), ``workers``
-    batches at a time (:mod:`nmt.decode_workers`); results in input order.
+    batches at a time: in ``processes`` where given (:mod:`nmt.decode_processes`), else in threads of this process
+    (:mod:`nmt.decode_workers`); results in input order.
 
     Empty sources are not decoded: they get ``settings.nbest`` empty hypotheses with score 0.
     """
     results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * settings.nbest for _ in sources]
     todo = [i for i, src in enumerate(sources) if len(src)]
+    decode_job = processes.decode if processes is not None else functools.partial(run_job, model, runtime)
 
     def run(batch: list[int]) -> list[list[Hypothesis]]:
         indices = [todo[j] for j in batch]
-        src = pad_sources([list(sources[i]) for i in indices]).to(runtime.device)
-        keys = torch.tensor(indices, dtype=torch.int64) + first_index
-        with torch.no_grad(), runtime.autocast():  # both are per thread
-            return decode(model, src, settings, max_len_cap, sampling, keys)
+        rows = [[int(piece) for piece in sources[i]] for i in indices]
+        return decode_job(DecodeJob(rows, [i + first_index for i in indices], settings, max_len_cap, sampling))
 
     batches = decode_batches([len(sources[i]) + 1 for i in todo], settings.max_tokens, batch_size)
     with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
@@ -106,10 +110,14 @@ class Translator:
         device: where ``model`` lives.
         precision: arithmetic of decoding: ``fp32``, ``bf16`` or ``fp16`` autocast, or ``auto``; None takes
             ``config.decode.precision``.
+        entries: the :func:`nmt.checkpoint.restorable` entries of the checkpoint(s) ``model`` was restored from
+            (:meth:`from_checkpoint` passes them): with them, ``workers`` > 1 on a CPU decodes in processes
+            (:mod:`nmt.decode_processes`), which :meth:`close` stops; without, in threads.
     """
 
     def __init__(self, model: Seq2Seq[Any], config: Config, tokenizer: SentencePieceTokenizer,
-                 device: torch.device, precision: str | None = None) -> None:
+                 device: torch.device, precision: str | None = None,
+                 entries: Sequence[dict[str, Any]] | None = None) -> None:
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -119,11 +127,10 @@ class Translator:
         chosen = choose_decode_precision(precision or config.decode.precision, device,
                                          "decode precision" if precision else "decode.precision",
                                          cast(torch.nn.Module, probed), tokenizer.vocab_size)
-        if chosen.name == INT8:  # an int8 copy of the Linear layers (nmt/quantize.py); autocast stays off
-            self.model = cast(Seq2Seq[Any], model.map(quantize_for_decoding) if isinstance(model, Ensemble)
-                              else quantize_for_decoding(cast(torch.nn.Module, model)))
+        self.model = for_precision(model, chosen.name)  # int8: a quantized copy (nmt/quantize.py), no autocast
         self.runtime = Runtime(device, chosen.name, precision_reason=chosen.reason)
         bound_onednn_cache(device, self.runtime.precision)
+        self.processes = None if entries is None or device.type != "cpu" else ProcessSlot(entries, chosen.name)
         self.src_lang, self.tgt_lang = config.data.pair.split("-")
         self.positions = int(getattr(model, "max_positions", config.model.max_positions))
         self.max_source_pieces = self.positions - POSITION_MARGIN
@@ -137,8 +144,9 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: str = "auto", precision: str | None = None) -> Translator:
         """Load a checkpoint written by training or ``nmt average``; ``device`` is ``auto``, ``cpu`` or ``cuda``."""
         dev = resolve_device(device)
-        model, config, tokenizer = restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path)
-        return cls(model, config, tokenizer, dev, precision)
+        payload = load_checkpoint(path, map_location="cpu")
+        model, config, tokenizer = restore_model(payload, dev, path=path)
+        return cls(model, config, tokenizer, dev, precision, [restorable(payload, model.state_dict())])
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | Path], device: str = "auto",
@@ -148,11 +156,33 @@ class Translator:
         if len(paths) == 1:
             return cls.from_checkpoint(paths[0], device, precision)
         dev = resolve_device(device)
-        restored = [restore_model(load_checkpoint(path, map_location="cpu"), dev, path=path) for path in paths]
+        payloads = [load_checkpoint(path, map_location="cpu") for path in paths]
+        restored = [restore_model(payload, dev, path=path) for payload, path in zip(payloads, paths, strict=True)]
         check_same_pieces([tokenizer.model_bytes() for _, _, tokenizer in restored], [str(p) for p in paths])
         _, config, tokenizer = restored[0]
+        entries = [restorable(payload, model.state_dict()) for payload, (model, _, _) in zip(payloads, restored,
+                                                                                              strict=True)]
         return cls(cast(Seq2Seq[Any], Ensemble([model for model, _, _ in restored])), config, tokenizer, dev,
-                   precision)
+                   precision, entries)
+
+    def worker_processes(self, workers: int) -> DecodeProcesses | None:
+        """The decoding processes that ``workers`` batches at a time use, started on first use and kept for the
+        next call (replaced when ``workers`` changes or one has died); None where decoding stays in this process:
+        one worker, a GPU, or no checkpoint entries to rebuild the model from (threads then)."""
+        check_workers(workers)
+        return None if workers == 1 or self.processes is None else self.processes.get(workers)
+
+    def close(self) -> None:
+        """Stop the decoding processes, if any (a later call with ``workers`` > 1 starts new ones)."""
+        if self.processes is not None:
+            self.processes.close()
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
 
     def encode(self, lines: Sequence[str], pretokenized: bool = False, first_line: int = 1,
                side: str = "input") -> list[list[int]]:
@@ -196,7 +226,8 @@ class Translator:
         sentences (None: no limit); results in input order. With ``sampling``, ``nbest`` samples each instead of a
         search (``first_index``: the input index of ``sources[0]``, which with the seed fixes the samples).
 
-        ``workers`` batches are decoded at a time, each on one intra-op thread (:mod:`nmt.decode_workers`).
+        ``workers`` batches are decoded at a time, each on one intra-op thread: in processes where this translator
+        can rebuild its model in them (:meth:`worker_processes`), else in threads (:mod:`nmt.decode_workers`).
 
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """
@@ -213,7 +244,7 @@ class Translator:
             raise NmtError(f"--batch-size {batch_size} must be at least 1")
         cap = self.positions - 1  # the step that forces EOS reads position max_len
         return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress, sampling,
-                              first_index, workers)
+                              first_index, workers, self.worker_processes(workers))
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
@@ -230,7 +261,7 @@ class Translator:
             first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone)
                 and, with ``sampling``, the key of its samples.
             sampling: draw ``nbest`` samples per line (:mod:`nmt.search.sampling`) instead of searching.
-            workers: batches decoded at a time, one intra-op thread each (:mod:`nmt.decode_workers`).
+            workers: batches decoded at a time, one intra-op thread each (see :meth:`translate_ids`).
 
         Returns:
             For each line, its n-best list of ``(text, score)``, best first; score is the length-penalised

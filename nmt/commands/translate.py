@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, help="padded source tokens per batch (default: decode.max_tokens)")
     parser.add_argument("--batch-size", type=int, help="at most this many sentences per batch (default: no limit)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="batches decoded at a time, each in its own thread on one core (CTranslate2's "
-                             "inter_threads); on a CPU as many as cores keeps them busy (default: %(default)s)")
+                        help="batches decoded at a time, each on one core (CTranslate2's inter_threads): on a CPU "
+                             "in that many processes, each with a copy of the model; as many as cores keeps them "
+                             "busy (default: %(default)s)")
     parser.add_argument("--buffer-size", type=int, default=BUFFER_SIZE,
                         help="input lines read and translated at a time; bounds memory (default: %(default)s)")
     parser.add_argument("--sampling", action="store_true",
@@ -148,6 +149,12 @@ def run(args: argparse.Namespace) -> int:
     if (interactive or not is_std(args.input)) and not args.quiet:  # not when filtering stdin to stdout
         print(f"precision {translator.runtime.describe_precision()}", file=sys.stderr)
     lines = itertools.chain(first, lines)
+    with translator:  # stops the decoding processes of --workers
+        return _translate(args, translator, lines, output, buffer_size, sampling)
+
+
+def _translate(args: argparse.Namespace, translator: Translator, lines: Iterator[str], output: Path | None,
+               buffer_size: int, sampling: Sampling | None) -> int:
     with_scores = (args.nbest or translator.config.decode.nbest) > 1
     results = translator.translate_stream(lines, buffer_size, args.beam, args.lenpen, args.nbest, args.max_tokens,
                                           args.pretokenized, progress=not is_std(args.input) and not args.quiet,

@@ -1,0 +1,281 @@
+"""Decoding processes: ``--workers N`` on a CPU decodes N batches side by side in N processes, one intra-op thread
+each (CTranslate2's ``inter_threads``, which keeps one model replica per worker too).
+
+Threads in one process would share the GIL: a beam-search step is hundreds of small torch operations with Python
+between them, and two threads decoded only 1.4-1.55x as fast as one (``docs/performance.md``). A process per worker
+runs its own Python. Each holds its own copy of the model, rebuilt from the checkpoints' entries the parent loaded
+(:func:`nmt.checkpoint.restorable`: the very weights the parent decodes with, even if the file changed since), in
+the precision the parent resolved, so every batch is decoded exactly as one thread of the parent would.
+
+Protocol: a process is ``python -m nmt.decode_processes``, started with :mod:`subprocess` rather than
+:mod:`multiprocessing`, whose ``spawn`` re-runs the parent's main script (a script without a main guard would run
+again in every worker). Over its stdin and stdout go length-prefixed frames: first the model (checkpoint bytes,
+loaded with ``weights_only=True``) and its precision, answered by ``ready``; then one pickled
+:class:`~nmt.decode_job.DecodeJob` per request, answered by its hypotheses or an error. Its stdout carries frames
+only (its prints go to stderr). It ignores SIGINT (Ctrl-C reaches the whole process group; the parent decides) and
+exits when its stdin closes, so a parent that dies, however it dies, leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import traceback
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any, cast
+
+import torch
+
+from nmt import fp32_gemm
+from nmt.checkpoint import checkpoint_bytes, restore_model
+from nmt.decode_job import DecodeJob, for_precision, run_job
+from nmt.decode_workers import intra_op_threads
+from nmt.ensemble import Ensemble
+from nmt.errors import NmtError
+from nmt.runtime import Runtime, bound_onednn_cache
+from nmt.search import Hypothesis, Seq2Seq
+
+HEADER = struct.Struct(">Q")  # a frame: its length in bytes, then the bytes
+STOP_SECONDS = 5.0  # how long a worker may take to exit after its stdin closes before it is killed
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # no idle OpenMP pool per worker
+
+
+def write_frame(stream: IO[bytes], data: bytes) -> None:
+    stream.write(HEADER.pack(len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def read_frame(stream: IO[bytes]) -> bytes | None:
+    """The next frame, or None where the stream ends between frames; a frame cut short raises EOFError."""
+    head = stream.read(HEADER.size)
+    if not head:
+        return None
+    if len(head) < HEADER.size:
+        raise EOFError("stream ended inside a frame header")
+    (size,) = HEADER.unpack(head)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("stream ended inside a frame")
+    return data
+
+
+def _send(stream: IO[bytes], kind: str, body: Any) -> None:
+    write_frame(stream, pickle.dumps((kind, body), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "closed its output"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class _Worker:
+    """One decoding process, used by one thread at a time."""
+
+    def __init__(self, index: int, env: dict[str, str]) -> None:
+        self.index = index
+        self.proc = subprocess.Popen([sys.executable, "-m", "nmt.decode_processes"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+
+    @property
+    def name(self) -> str:
+        return f"decoding worker {self.index} (pid {self.proc.pid})"
+
+    def send(self, data: bytes) -> None:
+        try:
+            write_frame(cast(IO[bytes], self.proc.stdin), data)
+        except (BrokenPipeError, ValueError, OSError):
+            raise self._died() from None
+
+    def receive(self) -> Any:
+        try:
+            frame = read_frame(cast(IO[bytes], self.proc.stdout))
+        except (EOFError, OSError, ValueError):
+            frame = None
+        if frame is None:
+            raise self._died()
+        kind, body = pickle.loads(frame)
+        if kind == "error":
+            raise NmtError(body)
+        if kind == "bug":
+            raise RuntimeError(f"{self.name} failed:\n{body}")
+        return body
+
+    def _died(self) -> NmtError:
+        try:
+            code: int | None = self.proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            code = None
+        return NmtError(f"{self.name} {_exit_reason(code)}; see the lines above on stderr")
+
+
+def _stop(workers: Sequence[_Worker]) -> None:
+    """Close every worker's stdin (it exits), then wait for each, killing one that does not exit in time."""
+    for worker in workers:
+        try:
+            if worker.proc.stdin is not None:
+                worker.proc.stdin.close()
+        except OSError:
+            pass
+    for worker in workers:
+        try:
+            worker.proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            worker.proc.kill()
+            worker.proc.wait()
+        if worker.proc.stdout is not None:
+            worker.proc.stdout.close()
+
+
+def worker_environment() -> dict[str, str]:
+    """The parent's environment (its allocator preload and settings included), this package importable, and one
+    OpenMP thread."""
+    env = dict(os.environ, **ONE_THREAD)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class DecodeProcesses:
+    """``size`` decoding processes holding the model of ``members`` in ``precision``; :meth:`decode` runs a job on
+    an idle one (call it from up to ``size`` threads at once). Started here, stopped by :meth:`close` or when the
+    pool is garbage-collected or the interpreter exits.
+
+    Args:
+        members: :func:`nmt.checkpoint.restorable` entries of each checkpoint (several: an ensemble).
+        precision: the resolved decoding precision (fp32, bf16, fp16 or int8).
+        size: how many processes.
+
+    Raises:
+        NmtError: a process could not start or rebuild the model (the others are stopped).
+    """
+
+    def __init__(self, members: Sequence[dict[str, Any]], precision: str, size: int) -> None:
+        if precision == "fp32":  # the workers' fp32 route is the one-thread route: measured once, here (cached)
+            with intra_op_threads(1):
+                fp32_gemm.choice()
+        model = checkpoint_bytes({"members": list(members), "precision": precision})
+        env = worker_environment()
+        self._workers = [_Worker(index, env) for index in range(size)]
+        self._finalizer = weakref.finalize(self, _stop, list(self._workers))
+        try:
+            for worker in self._workers:  # all started first: they import torch side by side
+                worker.send(model)
+            for worker in self._workers:
+                worker.receive()
+        except BaseException:
+            self.close()
+            raise
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        for worker in self._workers:
+            self._idle.put(worker)
+
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    @property
+    def alive(self) -> bool:
+        """Whether every process is still running (a pool with a dead worker is replaced, not reused)."""
+        return self._finalizer.alive and all(worker.proc.poll() is None for worker in self._workers)
+
+    @property
+    def pids(self) -> list[int]:
+        return [worker.proc.pid for worker in self._workers]
+
+    def decode(self, job: DecodeJob) -> list[list[Hypothesis]]:
+        """``job``'s n-best lists, decoded by an idle process; its error (:class:`NmtError`) or death is raised."""
+        worker = self._idle.get()
+        try:
+            worker.send(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+            return cast(list[list[Hypothesis]], worker.receive())
+        finally:
+            self._idle.put(worker)
+
+    def close(self) -> None:
+        """Stop the processes (idempotent)."""
+        self._finalizer()
+
+
+class ProcessSlot:
+    """The decoding processes of one translator: started on first use, kept between calls, replaced when the count
+    changes or one has died (``entries`` and ``precision`` as for :class:`DecodeProcesses`)."""
+
+    def __init__(self, entries: Sequence[dict[str, Any]], precision: str) -> None:
+        self.entries, self.precision = tuple(entries), precision
+        self.pool: DecodeProcesses | None = None
+
+    def get(self, size: int) -> DecodeProcesses:
+        if self.pool is None or self.pool.size != size or not self.pool.alive:
+            self.close()
+            self.pool = DecodeProcesses(self.entries, self.precision, size)
+        return self.pool
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+def _replica(init: dict[str, Any]) -> tuple[Seq2Seq[Any], Runtime]:
+    """The model and runtime that the parent's init frame describes."""
+    device, precision = torch.device("cpu"), str(init["precision"])
+    models = [restore_model(member, device, path="<sent by the parent process>")[0] for member in init["members"]]
+    model = cast(Seq2Seq[Any], models[0] if len(models) == 1 else Ensemble(models))
+    bound_onednn_cache(device, precision)
+    return for_precision(model, precision), Runtime(device, precision)
+
+
+def serve(inp: IO[bytes], out: IO[bytes]) -> int:
+    """A worker's life: rebuild the model from the first frame, then answer one job per frame until ``inp`` ends."""
+    torch.set_num_threads(1)
+    try:
+        init = read_frame(inp)
+        if init is None:
+            return 0
+        model, runtime = _replica(torch.load(io.BytesIO(init), map_location="cpu", weights_only=True))
+        _send(out, "ready", None)
+        while (frame := read_frame(inp)) is not None:
+            job = pickle.loads(frame)
+            try:
+                _send(out, "ok", run_job(model, runtime, job))
+            except NmtError as exc:
+                _send(out, "error", str(exc))
+    except BrokenPipeError:  # the parent is gone
+        return 0
+    except NmtError as exc:
+        _send(out, "error", str(exc))
+        return 1
+    except Exception:
+        _send(out, "bug", traceback.format_exc())
+        return 1
+    return 0
+
+
+def main() -> int:
+    """Entry point of ``python -m nmt.decode_processes``: frames on the original stdin and stdout only."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inp, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)  # a stray print goes to stderr, never into a frame
+    sys.stdout = sys.stderr
+    return serve(inp, out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
