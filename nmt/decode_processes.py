@@ -88,8 +88,11 @@ class _Worker:
 
     def __init__(self, index: int, env: dict[str, str]) -> None:
         self.index = index
-        self.proc = subprocess.Popen([sys.executable, "-m", "nmt.decode_processes"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "nmt.decode_processes"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, env=env)
+        except OSError as exc:  # e.g. no process slots left
+            raise NmtError(f"cannot start decoding worker {index}: {exc.strerror or exc}") from None
 
     @property
     def name(self) -> str:
@@ -170,10 +173,12 @@ class DecodeProcesses:
                 fp32_gemm.choice()
         model = checkpoint_bytes({"members": list(members), "precision": precision})
         env = worker_environment()
-        self._workers = [_Worker(index, env) for index in range(size)]
-        self._finalizer = weakref.finalize(self, _stop, list(self._workers))
+        self._workers: list[_Worker] = []
+        self._finalizer = weakref.finalize(self, _stop, self._workers)  # stops those started, whatever happens
         try:
-            for worker in self._workers:  # all started first: they import torch side by side
+            for index in range(size):  # all started first: they import torch side by side
+                self._workers.append(_Worker(index, env))
+            for worker in self._workers:
                 worker.send(model)
             for worker in self._workers:
                 worker.receive()
