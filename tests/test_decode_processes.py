@@ -21,22 +21,19 @@ from nmt.decode_workers import intra_op_threads
 from nmt.errors import NmtError
 from nmt.search import Hypothesis, Sampling
 from nmt.translate import Translator
+from tests.test_elastic import _children
 from tests.test_translate import FakeStdin, run_cli, synthetic_sentences, tiny_checkpoint
 
 
 def _worker_pids() -> set[int]:
     """The decoding processes whose parent is this process."""
     found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in _children(os.getpid()):
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
+            if b"nmt.decode_processes" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:  # gone meanwhile
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"nmt.decode_processes" in cmdline:
-            found.add(int(entry.name))
     return found
 
 
