@@ -127,6 +127,8 @@ class TrainConfig:
     save_every: int = 0  # every N steps a restore point (checkpoint_last.pt) and a kept checkpoint_<step>.pt; 0: off
     keep_last: int = 0  # how many checkpoint_<step>.pt to keep; 0: all
     test_average: int = 0  # make train / reproduce test the average of the last N checkpoint_<step>.pt; 0: best
+    ema_decay: float = 0.0  # moving average of the weights, validated and saved as checkpoint_best/ema.pt; 0: off
+    ema_start: int = 0  # the average is a copy of the weights up to this update (fairseq --ema-start-update)
     log_every: int = 50
     progress: bool = True
     tensorboard: bool = True
@@ -444,6 +446,9 @@ def validate(config: Config) -> None:
     if t.schedule == "linear_decay" and t.max_steps <= 0 and t.max_minutes <= 0:
         raise NmtError("config key 'train.schedule': linear_decay decays to zero at the end of the budget, so it "
                        "needs train.max_steps or train.max_minutes")
+    if not 0.0 <= t.ema_decay < 1.0:
+        raise NmtError(f"config key 'train.ema_decay': {t.ema_decay} must be in [0, 1) (0: no weight average)")
+    _positive("train.ema_start", t.ema_start, allow_zero=True)
     if t.test_average < 0:
         raise NmtError(f"config key 'train.test_average': {t.test_average} must be >= 0")
     if t.test_average > 0 and (t.save_every <= 0 or 0 < t.keep_last < t.test_average):

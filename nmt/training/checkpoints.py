@@ -15,9 +15,11 @@ from nmt.checkpoint import load_checkpoint, model_payload, save_checkpoint, tens
 from nmt.config import RESOLVED_KEY, config_to_dict
 from nmt.errors import NmtError
 from nmt.model_spec import spm_digest
+from nmt.training.ema import check_equal_across_ranks
 from nmt.training.state import Progress, RunState
 
 TRAINING_ENTRIES = ("optimizer", "scheduler", "scaler", "rng", "progress")
+AVERAGED_NAMES = ("checkpoint_best.pt", "checkpoint_ema.pt")  # with train.ema_decay: the weight average's files
 
 
 def rank_rng_states(run: RunState) -> list[dict[str, Any]] | None:
@@ -35,7 +37,9 @@ def rank_rng_states(run: RunState) -> list[dict[str, Any]] | None:
 def payload(run: RunState, rng_ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A training checkpoint: the model's entries (:func:`nmt.checkpoint.model_payload`) and the run's state; under
     DDP ``rng_ranks`` holds every rank's generators, so a restarted group draws what an uninterrupted one would."""
-    extra = {} if rng_ranks is None else {"rng_ranks": rng_ranks}
+    extra: dict[str, Any] = {} if rng_ranks is None else {"rng_ranks": rng_ranks}
+    if run.ema is not None:
+        extra["ema"] = run.ema.state_dict()
     return {**extra,
         **model_payload(run.model.state_dict(), config_to_dict(run.cfg), run.data.spm_bytes, run.data.spec,
                         run.progress.step, run.progress.epoch),
@@ -47,12 +51,28 @@ def payload(run: RunState, rng_ranks: list[dict[str, Any]] | None = None) -> dic
     }
 
 
+def average_payload(run: RunState) -> dict[str, Any]:
+    """A checkpoint of the weight average (``train.ema_decay``): the model's entries with the averages as weights
+    and the run's progress, no optimizer state (it translates and is tested; it does not resume)."""
+    assert run.ema is not None
+    return {**model_payload(run.ema.model_state(run.model), config_to_dict(run.cfg), run.data.spm_bytes,
+                            run.data.spec, run.progress.step, run.progress.epoch),
+            "progress": asdict(run.progress), "ema_decay": run.ema.decay}
+
+
 def save(run: RunState, name: str) -> None:
-    """Write ``save_dir/name`` atomically (rank 0; every rank calls it); an OSError names the checkpoint."""
-    rng_ranks = rank_rng_states(run)
+    """Write ``save_dir/name`` atomically (rank 0; every rank calls it); an OSError names the checkpoint.
+
+    With a weight average, ``checkpoint_best.pt`` and ``checkpoint_ema.pt`` hold the average
+    (:func:`average_payload`); ``checkpoint_last.pt`` holds the trained weights, their optimizer state and the
+    average, and is written only after every rank's average is checked to agree."""
+    averaged = run.ema is not None and name in AVERAGED_NAMES
+    if run.ema is not None and run.rt.distributed and not averaged:
+        check_equal_across_ranks(run.ema, run.rt.world_size, run.rt.rank)
+    rng_ranks = None if averaged else rank_rng_states(run)
     if run.rt.is_main:
         try:
-            save_checkpoint(run.save_dir / name, payload(run, rng_ranks))
+            save_checkpoint(run.save_dir / name, average_payload(run) if averaged else payload(run, rng_ranks))
         except OSError as exc:  # e.g. ENOSPC: name the checkpoint (the temporary file is already removed)
             raise OSError(exc.errno, exc.strerror, str(run.save_dir / name)) from None
     if name == "checkpoint_last.pt":
@@ -92,6 +112,11 @@ def restore(run: RunState, path: Path) -> None:
     run.lr.load_state_dict(ckpt["scheduler"])
     run.scaler.load_state_dict(ckpt["scaler"])
     run.progress = Progress(**ckpt["progress"])
+    if run.ema is not None:  # a run that had no average starts one from the restored weights
+        if "ema" in ckpt:
+            run.ema.load_state_dict(ckpt["ema"], str(path))
+        else:
+            run.ema.update(0)
     run.saved_step = run.progress.step
     ranks = ckpt.get("rng_ranks")
     if isinstance(ranks, list) and len(ranks) == run.rt.world_size:  # the same group: each rank where it was

@@ -1,8 +1,10 @@
-"""Validation during training: dev loss and BLEU on rank 0, shared with every rank, the best score and the
-plateau schedule's observation, ``metrics.jsonl``, and the best/last checkpoints."""
+"""Validation during training: dev loss and BLEU on rank 0 (of the weight average when ``train.ema_decay`` is set),
+shared with every rank, the best score and the plateau schedule's observation, ``metrics.jsonl``, and the
+best/last (and average) checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable
@@ -36,7 +38,10 @@ def evaluate(run: RunState, log: RunLog, save: Callable[[str], None]) -> float:
     # train_seconds: wall time trained so far (earlier validations included), for dev BLEU against time
     record: dict[str, Any] = {"step": p.step, "epoch": p.epoch, "train_seconds": round(p.train_seconds, 1)}
     if run.rt.is_main:
-        record.update(dev_scores(run))
+        with run.ema.swapped_in() if run.ema is not None else contextlib.nullcontext():
+            record.update(dev_scores(run))
+        if run.ema is not None:
+            record["weights"] = "ema"
     bleu, dev = broadcast_floats(run.rt, [record.get("bleu", 0.0), record.get("dev_loss", 0.0)])
     if not math.isfinite(dev) and run.rt.precision != "fp16":  # weights gone bad: keep the last checkpoint
         raise diverged(run, "dev loss", dev, p.step)
@@ -60,5 +65,7 @@ def evaluate(run: RunState, log: RunLog, save: Callable[[str], None]) -> float:
         log.scalars(p.step, gains, "qknorm_g")
     if improved:
         save("checkpoint_best.pt")
+    if run.ema is not None:
+        save("checkpoint_ema.pt")
     save("checkpoint_last.pt")
     return bleu

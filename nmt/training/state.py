@@ -14,6 +14,7 @@ from nmt.model import Transformer, build_model
 from nmt.optim import LRController, build_optimizer
 from nmt.runtime import Runtime
 from nmt.train_data import TrainingData, load_training_data
+from nmt.training.ema import WeightAverage
 
 
 @dataclass
@@ -47,6 +48,7 @@ class RunState:
     scaler: torch.amp.GradScaler
     progress: Progress = field(default_factory=Progress)
     saved_step: int | None = None  # step of the checkpoint_last.pt this run wrote or resumed from
+    ema: WeightAverage | None = None  # train.ema_decay > 0: the moving average of the weights
 
     @property
     def save_dir(self) -> Path:
@@ -65,6 +67,7 @@ class RunState:
             net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
         if cfg.train.compile:
             net = torch.compile(net)  # type: ignore[assignment]
-        return cls(cfg, runtime, data, model, net, build_optimizer(model, cfg.train),
-                   LRController(cfg.train, cfg.model.d_model),
-                   torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16"))
+        t = cfg.train
+        ema = WeightAverage(model, t.ema_decay, t.ema_start) if t.ema_decay > 0 else None
+        return cls(cfg, runtime, data, model, net, build_optimizer(model, t), LRController(t, cfg.model.d_model),
+                   torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16"), ema=ema)

@@ -77,6 +77,8 @@ class Updates:
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if run.ema is not None:
+            run.ema.update(step)
         run.progress.step = step
         self.pending.append(PendingStep(step, torch.cat([sums, gnorm.detach().float().reshape(1)]), skipped, rate,
                                         tgt_tokens, src_tokens))
