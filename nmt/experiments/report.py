@@ -8,7 +8,8 @@ with the TwT baseline (``prenorm_fixnorm_scalenorm``):
 
 - across seeds (:mod:`nmt.experiments.significance`): a stratified approximate randomization test of the difference
   of mean BLEU over test sentences and seeds (Clark et al. 2011), and a bootstrap interval of that difference;
-- per seed: sacreBLEU's paired bootstrap between the two runs of the same seed (test sentences only).
+- per seed: sacreBLEU's paired bootstrap between the two runs of the same seed (test sentences only);
+- the smallest difference of mean BLEU these seeds could have detected with 80% power (:mod:`nmt.experiments.power`).
 
 The published number beside each result comes from :data:`nmt.experiments.published.PUBLISHED`; QKNorm's per-pair
 numbers other than en-vi were not published, so for them the report shows the TwT baseline's published number plus
@@ -26,6 +27,7 @@ from typing import Any
 
 from nmt.atomic import atomic_write_text
 from nmt.evaluate import paired_bootstrap
+from nmt.experiments.power import detectable_difference
 from nmt.experiments.published import BASELINE, QKNORM_AVERAGE_GAIN, reference_score
 from nmt.experiments.significance import bootstrap_interval, randomization_test, sentence_statistics, spread
 from nmt.model import site_of
@@ -116,6 +118,7 @@ def group_entry(pair: str, system: str, records: list[dict[str, Any]], baseline:
             "randomization": randomization_test(base_stats, stats, n_shuffles=tests.shuffles),
             "interval": bootstrap_interval(base_stats, stats, n_resamples=tests.bootstrap_samples),
             "baseline_seeds": [r.get("seed") for r in baseline],
+            "detectable": detectable_difference([r["test"]["test_bleu_tokenized"] for r in baseline], bleu["values"]),
         }
     return group
 

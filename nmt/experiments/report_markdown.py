@@ -42,30 +42,30 @@ def _reference(ref: dict[str, Any]) -> str:
     return f"{ref['value']:.2f}" if ref["kind"] == "published" else f"{ref['value']:.2f} (expected)"
 
 
-def _versus(group: dict[str, Any], baseline: str) -> tuple[str, str]:
+def _versus(group: dict[str, Any], baseline: str) -> tuple[str, str, str]:
     if group["system"] == baseline:
-        return "(baseline)", "(baseline)"
+        return "(baseline)", "(baseline)", "(baseline)"
     test = group["across_seeds"]
     if test is None:
-        return "—", "—"
-    interval = test["interval"]
+        return "—", "—", "—"
+    interval, detectable = test["interval"], test.get("detectable")
     return (f"{interval['difference']:+.2f} [{interval['low']:+.2f}, {interval['high']:+.2f}]",
-            _p(test["randomization"]["p_value"]))
+            _p(test["randomization"]["p_value"]), "—" if detectable is None else f"{detectable['difference']:.2f}")
 
 
 def bleu_table(results: dict[str, Any]) -> list[str]:
     """Test BLEU per pair × system over seeds, beside the published (or expected) number, with the across-seed
     comparison with the baseline."""
     lines = ["| pair | system | test BLEU (tokenized), mean ± sd | per seed | sacreBLEU, mean ± sd | published | Δ "
-             "| vs baseline: Δ mean [95% CI] | p (seeds × sentences) |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+             "| vs baseline: Δ mean [95% CI] | p (seeds × sentences) | detectable Δ (80% power) |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for group in results["groups"]:
         bleu = group["tokenized_bleu"]
         seeds = ", ".join(f"s{s}: {v:.2f}" for s, v in zip(group["seeds"], bleu["values"], strict=True)) or "—"
-        versus, p_value = _versus(group, results["baseline"])
+        versus, p_value, detectable = _versus(group, results["baseline"])
         lines.append(f"| {group['pair']} | {group['system']} | {_spread(bleu)} | {seeds} | "
                      f"{_spread(group['sacrebleu'])} | {_reference(group['reference'])} | "
-                     f"{_num(group['difference'], signed=True)} | {versus} | {p_value} |")
+                     f"{_num(group['difference'], signed=True)} | {versus} | {p_value} | {detectable} |")
     return lines
 
 
@@ -112,6 +112,10 @@ def tests_note(results: dict[str, Any]) -> list[str]:
         "- *p vs baseline, same seed*: sacreBLEU's paired bootstrap between the system's and the baseline's run of "
         f"the same seed ({tests['bootstrap_samples']} resamples of the test sentences): whether these two models "
         f"differ. * marks p < {SIGNIFICANCE_LEVEL}.",
+        "- *detectable Δ (80% power)*: the smallest true difference of mean test BLEU that a two-sided Welch t-test "
+        "at 0.05 over these seeds would find 4 times in 5, from the two systems' seed-to-seed spread "
+        "((t[0.975, ν] + t[0.8, ν]) × standard error of the difference, ν by Welch–Satterthwaite; "
+        "`nmt/experiments/power.py`). A difference below it that was not found is not evidence of no difference.",
     ]
 
 
