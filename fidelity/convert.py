@@ -184,12 +184,12 @@ def ours_to_official(tensors: Mapping[str, Tensor], entries: list[Entry], offici
 
 def entries_for(model: nn.Module) -> list[Entry]:
     """The :func:`parameter_map` for our built model (shape read from its modules)."""
-    from nmt.model import Transformer
+    from nmt.model.transformer import Transformer
     from nmt.modules.attention import QKNorm
     from nmt.modules.norms import ScaleNorm
 
     if not isinstance(model, Transformer):
-        raise TypeError("expected nmt.model.Transformer")
+        raise TypeError("expected nmt.model.transformer.Transformer")
     enc = model.encoder.blocks
     dec = model.decoder.blocks
     return parameter_map(
@@ -206,7 +206,7 @@ def convert_model(official: nn.Module, ours: nn.Module, logit_mask: Tensor | Non
 
     Args:
         official: the official ``Transformer``.
-        ours: our :class:`~nmt.model.Transformer`.
+        ours: our :class:`~nmt.model.transformer.Transformer`.
         logit_mask: the official target-language logit mask (over official ids); required when ``ours`` has a
             ``embed.logit_mask`` buffer.
 

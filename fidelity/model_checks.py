@@ -35,10 +35,10 @@ from fidelity.convert import convert_model, entries_for, mask_to_ours, official_
 from fidelity.official import SRC_LANG_IDX, TGT_LANG_IDX, Official, build_official, load, official_args
 from nmt import kernels
 from nmt.config import Config, load_config
-from nmt.loss import label_smoothed_nll
-from nmt.model import Transformer, build_model
-from nmt.model_spec import ModelSpec
-from nmt.optim import build_optimizer
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import Transformer, build_model
+from nmt.training.loss import label_smoothed_nll
+from nmt.training.optim import build_optimizer
 from nmt.vocab import PAD
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ loop runs with only the expensive parts replaced: ``run_log`` (one update) becom
 rate, count the step" (the order of the real one: the rate is set before the update), ``eval_bleu`` appends the
 next BLEU of a scripted sequence, and data loading, perplexity, epoch reports and test translation do nothing.
 ``adjust_lr``, ``eval_and_decay`` and the stop test in ``train`` are the official code. Ours is the
-:class:`~nmt.optim.LRController` driven in the order of :meth:`nmt.train.Trainer.run` (stop test before each update,
-rate applied with the 1-based step, evaluation every ``train.eval_every`` updates).
+:class:`~nmt.training.optim.LRController` driven in the order of :meth:`nmt.training.loop.Trainer.run` (stop test before
+each update, rate applied with the 1-based step, evaluation every ``train.eval_every`` updates).
 
 Compared for each paper config (``configs/{gl-en,...}.yaml`` against its ``configurations.py`` function):
 
@@ -34,7 +34,7 @@ import torch
 from fidelity import Row
 from fidelity.official import Official, load
 from nmt.config import Config, load_config
-from nmt.optim import LRController
+from nmt.training.optim import LRController
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # our paper config -> the official configurations.py function
@@ -119,7 +119,7 @@ def official_trace(official: Official, args: argparse.Namespace, bleus: Iterator
 
 
 def our_trace(cfg: Config, bleus: Iterator[float] | None, max_steps: int) -> Trace:
-    """Our controller in :meth:`nmt.train.Trainer.run`'s order: stop test, update ``step``, evaluation."""
+    """Our controller in :meth:`nmt.training.loop.Trainer.run`'s order: stop test, update ``step``, evaluation."""
     ctl = LRController(cfg.train, cfg.model.d_model)
     rates: list[float] = []
     decays: list[bool] = []

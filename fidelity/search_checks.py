@@ -32,9 +32,9 @@ from fidelity.convert import convert_model, to_our_ids
 from fidelity.official import SRC_LANG_IDX, TGT_LANG_IDX, Official, build_official, load, official_args
 from nmt import kernels
 from nmt.config import Config, load_config
-from nmt.evaluate import tokenized_bleu
-from nmt.model import Transformer, build_model
-from nmt.model_spec import ModelSpec
+from nmt.metrics import tokenized_bleu
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import Transformer, build_model
 from nmt.search import Hypothesis, beam_search
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -23,19 +23,19 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # torch-heavy pieces load lazily so `nmt --help` and config checks stay fast
     if name == "build_model":
-        from nmt.model import build_model
+        from nmt.model.transformer import build_model
 
         return build_model
     if name == "ModelSpec":
-        from nmt.model_spec import ModelSpec
+        from nmt.model.spec import ModelSpec
 
         return ModelSpec
     if name == "Translator":
-        from nmt.translate import Translator
+        from nmt.inference.translator import Translator
 
         return Translator
     if name == "train":
-        from nmt.train import train
+        from nmt.training.loop import train
 
         return train
     raise AttributeError(f"module 'nmt' has no attribute {name!r}")

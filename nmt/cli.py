@@ -15,8 +15,8 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from nmt import __version__
-from nmt.allocator import reexec_with_allocator
 from nmt.errors import NmtError
+from nmt.machine.allocator import reexec_with_allocator
 
 COMMANDS: dict[str, str] = {
     "prepare": "download and prepare a corpus (TED talks pairs, IWSLT'15 en-vi, or local files)",
@@ -51,7 +51,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # run as the program: re-execute with TCMalloc preloaded where found (nmt/allocator.py)
+    if argv is None:  # run as the program: re-execute with TCMalloc preloaded where found (nmt/machine/allocator.py)
         try:
             reexec_with_allocator()
         except NmtError as exc:

@@ -44,11 +44,11 @@ NormName = Annotated[str, Registry("nmt.modules.norms", "NORMS")]
 NormPosition = Literal["pre", "post"]
 AttentionName = Annotated[str, Registry("nmt.modules.attention", "ATTENTIONS")]
 InitName = Literal["smallinit", "xavier"]
-ScheduleName = Annotated[str, Registry("nmt.optim", "SCHEDULES")]
+ScheduleName = Annotated[str, Registry("nmt.training.optim", "SCHEDULES")]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 SearchName = Literal["official", "fairseq"]
 LengthNormName = Literal["gnmt", "fairseq"]  # nmt.search.common.LENGTH_NORMS
-DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/quantize.py, CPU only
+DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/inference/int8.py, CPU only
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 SystemName = Literal[
     "custom",
@@ -74,7 +74,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Transformer shape and normalization choices (read only by :func:`nmt.model.build_model`)."""
+    """Transformer shape and normalization choices (read only by :func:`nmt.model.transformer.build_model`)."""
 
     enc_layers: int = 6
     dec_layers: int = 6
@@ -133,7 +133,7 @@ class TrainConfig:
     progress: bool = True
     tensorboard: bool = True
     compile: bool = False  # torch.compile the model (one graph); slower than eager on CPUs (docs/performance.md)
-    init_from: str | None = None  # warm start: a new run's weights from this checkpoint (nmt/warm_start.py)
+    init_from: str | None = None  # warm start: a new run's weights from this checkpoint (nmt/training/warm_start.py)
     init_reset: str = ""  # with init_from, comma-separated: gains, logit_mask (from this run instead of the parent)
 
 
@@ -407,7 +407,7 @@ INIT_RESETS = ("gains", "logit_mask")  # what train.init_reset may take from a w
 
 
 def init_reset_names(text: str) -> list[str]:
-    """The entries of ``train.init_reset`` (comma-separated), checked (see :mod:`nmt.warm_start`)."""
+    """The entries of ``train.init_reset`` (comma-separated), checked (see :mod:`nmt.training.warm_start`)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in INIT_RESETS]
     if unknown:

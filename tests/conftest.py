@@ -11,8 +11,8 @@ import torch
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
-# the fp32 GEMM probe's per-machine cache (nmt/fp32_gemm.py): one for the whole run, its subprocesses included, so
-# every process of the suite takes the same route, and none in the user's home
+# the fp32 GEMM probe's per-machine cache (nmt/machine/fp32_gemm.py): one for the whole run, its subprocesses included,
+# so every process of the suite takes the same route, and none in the user's home
 os.environ["NMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-test-cache-")
 
 

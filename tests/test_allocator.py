@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nmt import allocator
 from nmt.errors import NmtError
+from nmt.machine import allocator
 
 
 def _fake_library(directory: Path, name: str = "libtcmalloc_minimal.so.4") -> Path:
@@ -52,7 +52,7 @@ def test_choices(tmp_path: Path) -> None:
 def test_the_command_reexecutes_with_tcmalloc_and_system_opts_out() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "NMT_ALLOCATOR")}
     # each process running this prints its allocator, then nmt's main(): a re-execution prints a second line
-    probe = "from nmt import allocator, cli; print(allocator.active(), flush=True); cli.main()"
+    probe = "from nmt import cli; from nmt.machine import allocator; print(allocator.active(), flush=True); cli.main()"
     for setting, expected in (("auto", ["system", "tcmalloc"]), ("system", ["system"])):
         out = subprocess.run([sys.executable, "-c", probe, "--version"], capture_output=True, text=True, timeout=120,
                              env={**env, "NMT_ALLOCATOR": setting})

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from nmt import config
-from nmt.kernels.incremental import cross_attention_step, self_attention_step
-from nmt.kernels.placement import Placement
+from nmt.model.incremental import cross_attention_step, self_attention_step
+from nmt.model.placement import Placement
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm, QKRMSNorm, qknorm_gain_init
 
 D, H = 16, 4

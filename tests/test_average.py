@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from nmt import cli
-from nmt.average import average_checkpoints, last_checkpoints
-from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.checkpoint.average import average_checkpoints, last_checkpoints
+from nmt.checkpoint.files import load_checkpoint, save_checkpoint
 from nmt.errors import NmtError
-from nmt.translate import Translator
+from nmt.inference.translator import Translator
 from tests.test_translate import tiny_checkpoint
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from nmt import cli
-from nmt.evaluate import tokenized_bleu
+from nmt.metrics import tokenized_bleu
 from tests.synthetic import sentences, tiny_config, translate, write_corpus
 
 

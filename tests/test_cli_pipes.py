@@ -17,12 +17,12 @@ import torch
 import nmt
 from nmt import cli
 from nmt.atomic import atomic_write_bytes, current_umask
-from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.checkpoint.files import load_checkpoint, save_checkpoint
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.run_log import RunLog
-from nmt.runtime import resolve_device
-from nmt.translate import Translator, decode_batches
+from nmt.inference.translator import Translator, decode_batches
+from nmt.machine.runtime import resolve_device
+from nmt.training.run_log import RunLog
 from tests.synthetic import write_corpus
 from tests.test_translate import FakeStdin, synthetic_sentences, tiny_checkpoint
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nmt.evaluate import tokenized_bleu
 from nmt.experiments.records import RECORD, check_references, read_record
+from nmt.metrics import tokenized_bleu
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = sorted(path.parent for path in (ROOT / "docs" / "results").glob(f"*/runs/*/{RECORD}"))

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from nmt import config
-from nmt.model import build_model
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import build_model
 from nmt.vocab import BOS, EOS, PAD
 
 V = 40

@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nmt import rng, runtime
 from nmt.data.batching import Batch, ParallelData, make_batches
-from nmt.loader import BatchLoader
-from nmt.model import padding_mask
+from nmt.machine import runtime
+from nmt.model.transformer import padding_mask
+from nmt.training import rng
+from nmt.training.loader import BatchLoader
 from tests.fake_device import on_device
 
 

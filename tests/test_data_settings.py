@@ -11,7 +11,7 @@ from nmt import cli
 from nmt.config import DataConfig, config_from_dict
 from nmt.data import settings
 from nmt.errors import NmtError
-from nmt.train_data import load_training_data
+from nmt.training.data import load_training_data
 from tests.synthetic import prepare_synthetic, tiny_config
 
 

@@ -14,13 +14,13 @@ from typing import cast
 import pytest
 import torch
 
-from nmt.checkpoint import checkpoint_bytes, load_checkpoint, restorable
-from nmt.decode_job import DecodeJob
-from nmt.decode_processes import HEADER, DecodeProcesses, read_frame, serve, write_frame
-from nmt.decode_workers import intra_op_threads
+from nmt.checkpoint.files import checkpoint_bytes, load_checkpoint, restorable
 from nmt.errors import NmtError
+from nmt.inference.jobs import DecodeJob
+from nmt.inference.processes import HEADER, DecodeProcesses, read_frame, serve, write_frame
+from nmt.inference.threads import intra_op_threads
+from nmt.inference.translator import Translator
 from nmt.search import Hypothesis, Sampling
-from nmt.translate import Translator
 from tests.test_elastic import _children
 from tests.test_translate import FakeStdin, run_cli, synthetic_sentences, tiny_checkpoint
 
@@ -30,7 +30,7 @@ def _worker_pids() -> set[int]:
     found = set()
     for pid in _children(os.getpid()):
         try:
-            if b"nmt.decode_processes" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"nmt.inference.processes" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.add(pid)
         except OSError:  # gone meanwhile
             continue

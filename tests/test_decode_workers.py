@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-import nmt.decode_job
-from nmt.decode_workers import intra_op_threads, map_ordered
+import nmt.inference.jobs
 from nmt.errors import NmtError
-from nmt.translate import Translator
+from nmt.inference.threads import intra_op_threads, map_ordered
+from nmt.inference.translator import Translator
 from tests.test_translate import synthetic_sentences, tiny_checkpoint
 
 
@@ -30,14 +30,14 @@ def test_workers_give_the_same_hypotheses_in_input_order(translator: Translator,
     with intra_op_threads(1):  # the arithmetic of one worker: one intra-op thread
         alone = translator.translate_ids(sources, beam=3, nbest=2, batch_size=2)
     seen: list[tuple[str, int]] = []
-    decode = nmt.decode_job.decode
+    decode = nmt.inference.jobs.decode
 
     def recording(*args: object, **kwargs: object) -> object:
         seen.append((threading.current_thread().name, torch.get_num_threads()))
         time.sleep(0.01)  # let the other workers take batches
         return decode(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(nmt.decode_job, "decode", recording)
+    monkeypatch.setattr(nmt.inference.jobs, "decode", recording)
     with intra_op_threads(2):  # the tests run on one thread: give the process two, which the workers set aside
         parallel = translator.translate_ids(sources, beam=3, nbest=2, batch_size=2, workers=3)
         assert torch.get_num_threads() == 2  # restored

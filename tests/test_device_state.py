@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from nmt import rng
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
-from nmt.train import train
+from nmt.training import rng
+from nmt.training.loop import train
 from tests.fake_device import DeviceTensor, device_loader, on_device, strict_rng_setter
 from tests.synthetic import prepare_synthetic, tiny_config
 

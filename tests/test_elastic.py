@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from tests.synthetic import prepare_synthetic, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]

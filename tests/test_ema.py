@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
 from nmt.errors import NmtError
-from nmt.train import train
 from nmt.training.ema import WeightAverage
+from nmt.training.loop import train
 from tests.synthetic import prepare_synthetic, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]

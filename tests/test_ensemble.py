@@ -1,6 +1,6 @@
-"""Ensembles (nmt.ensemble; ``--checkpoint A --checkpoint B`` / ``--path A:B``): a checkpoint given twice decodes and
-scores as itself, two models average their probabilities at every step, and checkpoints of different pieces are
-refused in one line."""
+"""Ensembles (nmt.inference.ensemble; ``--checkpoint A --checkpoint B`` / ``--path A:B``): a checkpoint given twice
+decodes and scores as itself, two models average their probabilities at every step, and checkpoints of different pieces
+are refused in one line."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from nmt import cli
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint, tensor_to_bytes
+from nmt.checkpoint.files import bytes_to_tensor, load_checkpoint, save_checkpoint, tensor_to_bytes
 from nmt.data.bpe import train_sentencepiece
-from nmt.ensemble import Ensemble, mean_log_probs
 from nmt.errors import NmtError
-from nmt.translate import Translator
+from nmt.inference.ensemble import Ensemble, mean_log_probs
+from nmt.inference.translator import Translator
 from tests.test_translate import synthetic_sentences, tiny_checkpoint
 
 

@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from nmt import cli
-from nmt.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint
+from nmt.checkpoint.files import bytes_to_tensor, load_checkpoint, save_checkpoint
 from nmt.data.bpe import train_sentencepiece
 from tests import data_fixtures
 from tests.data_fixtures import Reply, Server, make_tar, register_ted, ted_archive

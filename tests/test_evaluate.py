@@ -13,7 +13,7 @@ import sacrebleu
 from nmt import cli
 from nmt.data.tokenize import moses_detokenize
 from nmt.errors import NmtError
-from nmt.evaluate import corpus_scores, paired_bootstrap, tokenized_bleu
+from nmt.metrics import corpus_scores, paired_bootstrap, tokenized_bleu
 
 
 def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:

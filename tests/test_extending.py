@@ -11,11 +11,11 @@ from torch import Tensor, nn
 
 from nmt import config
 from nmt.config import config_from_dict
-from nmt.model import build_model
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import build_model
 from nmt.modules.attention import ATTENTIONS, Scoring
 from nmt.modules.norms import NORMS
-from nmt.optim import SCHEDULES, LRController
+from nmt.training.optim import SCHEDULES, LRController
 from nmt.vocab import BOS, EOS
 from tests.synthetic import prepare_synthetic, tiny_config
 
@@ -82,7 +82,7 @@ def test_adding_a_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_adding_a_language_pair(tmp_path: Path) -> None:
     """A pair is data plus a config: ``nmt prepare xx-yy --from-dir DIR`` and ``data.pair: xx-yy``."""
-    from nmt.train_data import load_training_data
+    from nmt.training.data import load_training_data
 
     data_dir = prepare_synthetic(tmp_path)
     cfg = config_from_dict(tiny_config(data_dir, tmp_path / "run"))

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import nmt.loss
+import nmt.training.loss
 from nmt.kernels.attention import split_heads, unit_norm
 from nmt.kernels.dropout import dropout, keep_mask
-from nmt.loss import label_smoothed_nll
+from nmt.training.loss import label_smoothed_nll
 from nmt.vocab import PAD
 
 
@@ -156,7 +156,7 @@ def _plain_label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, eps: f
 def test_label_smoothed_loss_gradient_equals_autograd(masked: bool, dtype: torch.dtype, block_rows: int | None,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     if block_rows is not None:
-        monkeypatch.setattr(nmt.loss, "CHUNK_ELEMENTS", block_rows * 11)
+        monkeypatch.setattr(nmt.training.loss, "CHUNK_ELEMENTS", block_rows * 11)
     torch.manual_seed(0)
     V = 11
     keep = torch.tensor([i % 3 != 0 for i in range(V)]) if masked else None
@@ -184,7 +184,7 @@ def test_label_smoothed_loss_gradient_equals_autograd(masked: bool, dtype: torch
 # bf16 matmuls of 600 different shapes, then the process's resident memory in MiB
 _MANY_SHAPES = textwrap.dedent("""
     import torch
-    from nmt.runtime import setup
+    from nmt.machine.runtime import setup
     setup("cpu", "bf16")
     w = torch.randn(1024, 1024, dtype=torch.bfloat16)
     for n in range(1, 601):
@@ -204,6 +204,6 @@ def _rss_after_many_shapes(capacity: str | None) -> float:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
                     reason="needs Linux /proc and oneDNN bf16 matmuls")
 def test_cpu_bf16_setup_bounds_the_onednn_primitive_cache() -> None:
-    bounded = _rss_after_many_shapes(None)  # nmt.runtime.setup sets its default capacity
+    bounded = _rss_after_many_shapes(None)  # nmt.machine.runtime.setup sets its default capacity
     unbounded = _rss_after_many_shapes("1024")  # a value the user set is kept: oneDNN's own default
     assert bounded < unbounded - 50, (bounded, unbounded)

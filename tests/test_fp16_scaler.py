@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
 from nmt.data.batching import collate
-from nmt.runtime import Runtime
-from nmt.train import Trainer
+from nmt.machine.runtime import Runtime
+from nmt.training.loop import Trainer
 from tests.synthetic import prepare_synthetic, tiny_config
 from tests.test_interrupt import corrupt_loss
 

@@ -1,4 +1,4 @@
-"""The fp32 GEMM route (nmt/fp32_gemm.py): oneDNN's fp32 products equal MKL's within fp32 rounding (and far
+"""The fp32 GEMM route (nmt/machine/fp32_gemm.py): oneDNN's fp32 products equal MKL's within fp32 rounding (and far
 inside bf16's), a Linear layer and a whole accelerated model train and decode the same on either route, the probe
 picks oneDNN only where it is clearly faster, and its result is remembered per machine."""
 
@@ -13,12 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt import config, fp32_gemm, hardware, kernels
+from nmt import config, kernels
 from nmt.errors import NmtError
 from nmt.kernels import linear
 from nmt.kernels.linear import PaddedLinear
-from nmt.model import build_model
-from nmt.model_spec import ModelSpec
+from nmt.machine import fp32_gemm, hardware
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import build_model
 from nmt.search import beam_search
 
 pytestmark = pytest.mark.skipif(not fp32_gemm.onednn_available(), reason="this PyTorch has no oneDNN")

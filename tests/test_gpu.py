@@ -16,11 +16,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from nmt.config import config_from_dict
 from nmt.data.batching import collate
-from nmt.model import Transformer
+from nmt.machine.runtime import Runtime
+from nmt.model.transformer import Transformer
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention
-from nmt.runtime import Runtime
 from nmt.search import beam_search
-from nmt.train import Trainer, train
+from nmt.training.loop import Trainer, train
 from tests.synthetic import prepare_synthetic, tiny_config
 from tests.test_attention import _key_mask
 from tests.test_model import _batch, _model

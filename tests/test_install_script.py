@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from nmt.allocator import find_tcmalloc
+from nmt.machine.allocator import find_tcmalloc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def _executable(path: Path, body: str) -> Path:
 
 @pytest.fixture
 def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, Path, Path, Path]:
-    """The script, with a stand-in venv python that reports what nmt.allocator finds (the library exists once
+    """The script, with a stand-in venv python that reports what nmt.machine.allocator finds (the library exists once
     ``lib`` does) and a stand-in apt-get that logs its calls and installs ``lib`` (or fails, with ``apt-fails``)."""
     lib, log, fails = tmp_path / "libtcmalloc_minimal.so.4", tmp_path / "apt.log", tmp_path / "apt-fails"
     python = _executable(tmp_path / "python", f'if [ -e "{lib}" ]; then echo "{lib}"; else echo None; fi\n')

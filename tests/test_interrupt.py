@@ -17,10 +17,10 @@ import pytest
 import torch
 import yaml
 
-import nmt.train
+import nmt.training.loop
 import nmt.training.updates
 from nmt import cli
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
 from tests.synthetic import prepare_synthetic, tiny_config
 
@@ -143,7 +143,7 @@ def test_fp16_skips_non_finite_steps(data_dir: Path, tmp_path: Path, monkeypatch
     monkeypatch.setattr(nmt.training.updates, "label_smoothed_nll", loss)
     tree = tiny_config(data_dir, tmp_path / "run", device="cuda", precision="fp16", max_steps=10, eval_every=10,
                        eval_sentences=4)
-    result = nmt.train.train(config_from_dict(tree))
+    result = nmt.training.loop.train(config_from_dict(tree))
     assert result["step"] == 10 and "max_steps" in result["reason"]
     last = tmp_path / "run" / "checkpoint_last.pt"
     assert load_checkpoint(last)["progress"]["skipped_steps"] >= 2 and finite(last)

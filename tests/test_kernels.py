@@ -18,8 +18,8 @@ import torch
 from nmt import config, kernels
 from nmt.kernels.attention import FastAttention, FastQKNorm
 from nmt.kernels.linear import PaddedLinear
-from nmt.model import Transformer, build_model
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import Transformer, build_model
 from nmt.modules.attention import MultiHeadAttention, Scoring
 from nmt.search import beam_search
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 import yaml
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
 from nmt.data.prepare import prepare
-from nmt.train import train
+from nmt.training.loop import train
 from tests.synthetic import tiny_config, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

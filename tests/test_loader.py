@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from nmt.data.batching import ParallelData, collate, make_batches
-from nmt.loader import BatchLoader
+from nmt.training.loader import BatchLoader
 
 
 def test_prefetched_batches_equal_synchronous_collation() -> None:

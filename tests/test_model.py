@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from nmt import config, kernels
 from nmt.errors import NmtError
-from nmt.model import INITS, Transformer, build_model
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import INITS, Transformer, build_model
 from nmt.modules.embeddings import sinusoidal_positions, word_dropout
 from nmt.vocab import BOS, EOS, PAD, SPECIALS, UNK
 

@@ -13,13 +13,13 @@ import torch.nn.functional as F
 
 from nmt import config
 from nmt.config import config_to_dict, load_config
-from nmt.loss import label_smoothed_nll
-from nmt.model import Transformer, build_model
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import Transformer, build_model
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.feedforward import FeedForward
 from nmt.search import beam_search
-from nmt.train_data import target_vocabulary
+from nmt.training.data import target_vocabulary
+from nmt.training.loss import label_smoothed_nll
 from nmt.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 V = 40
@@ -178,9 +178,9 @@ def test_paper_configs_use_the_official_dropout_sites_and_options(pair: str) -> 
 
 
 def test_training_stores_the_data_target_vocabulary_and_decoding_respects_it(tmp_path: Path) -> None:
-    from nmt.checkpoint import load_checkpoint, restore_model
-    from nmt.train import train
-    from nmt.train_data import load_training_data
+    from nmt.checkpoint.files import load_checkpoint, restore_model
+    from nmt.training.data import load_training_data
+    from nmt.training.loop import train
     from tests.synthetic import prepare_synthetic, tiny_config
 
     tree = tiny_config(prepare_synthetic(tmp_path / "synthetic"), tmp_path / "run", max_steps=30, eval_every=30)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from nmt.config import TrainConfig
-from nmt.loss import label_smoothed_nll
-from nmt.optim import LRController, budget_used, inverse_sqrt, linear_decay, peak_lr, warmup_plateau
+from nmt.training.loss import label_smoothed_nll
+from nmt.training.optim import LRController, budget_used, inverse_sqrt, linear_decay, peak_lr, warmup_plateau
 from nmt.vocab import PAD
 
 

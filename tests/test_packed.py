@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt import fp32_gemm
 from nmt.kernels import linear, packed
+from nmt.machine import fp32_gemm
 from nmt.perf.roof import record
 
 pytestmark = pytest.mark.skipif(not packed.available(), reason="needs oneDNN and a CPU with native bf16")

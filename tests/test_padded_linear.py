@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt import fp32_gemm
 from nmt.kernels import linear
 from nmt.kernels.linear import MIN_ROW_STEP, padded_rows
+from nmt.machine import fp32_gemm
 from nmt.perf.roof import record
 
 
@@ -79,7 +79,7 @@ def test_decoding_pads_without_autograd_and_fp32_on_mkl_stays_plain(monkeypatch:
 
 @pytest.mark.skipif(not fp32_gemm.onednn_available(), reason="this PyTorch has no oneDNN")
 def test_fp32_on_the_onednn_route_runs_on_padded_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where nmt/fp32_gemm.py routes fp32 to oneDNN, its products get bf16's few row counts too (oneDNN builds a
+    """Where nmt/machine/fp32_gemm.py routes fp32 to oneDNN, its products get bf16's few row counts too (oneDNN builds a
     primitive per shape), and each product goes through oneDNN's linear op."""
     monkeypatch.setenv(fp32_gemm.ENV, "onednn")
     layer = torch.nn.Linear(8, 4)

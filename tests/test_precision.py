@@ -15,12 +15,13 @@ import pytest
 import torch
 import yaml
 
-from nmt import hardware, quantize, runtime
 from nmt.config import config_from_dict
 from nmt.errors import NmtError
-from nmt.hardware import NATIVE_BF16_FLAGS, Bf16Support
-from nmt.runtime import choose_precision, resolve_precision, setup
-from nmt.train import train
+from nmt.inference import int8 as quantize
+from nmt.machine import hardware, runtime
+from nmt.machine.hardware import NATIVE_BF16_FLAGS, Bf16Support
+from nmt.machine.runtime import choose_precision, resolve_precision, setup
+from nmt.training.loop import train
 from tests.synthetic import prepare_synthetic, tiny_config
 from tests.test_translate import run_cli, tiny_checkpoint
 
@@ -116,7 +117,7 @@ def test_translate_says_its_precision(cpu_class: pytest.MonkeyPatch, tmp_path: P
     source = tmp_path / "in.txt"
     source.write_text("the cat sat .\n", encoding="utf-8")
     args = ["translate", "--checkpoint", str(checkpoint), "--input", str(source), "--device", "cpu"]
-    # decoding's auto is the fastest arithmetic by nmt.quantize's decoder-step probe (bf16 here)
+    # decoding's auto is the fastest arithmetic by nmt.inference.int8's decoder-step probe (bf16 here)
     speeds = quantize.DecodeSpeeds({"fp32": 1.0, "bf16": 0.4, "int8": 0.5})
     cpu_class.setattr(quantize, "decode_speeds", lambda model, vocab: speeds)
     assert run_cli([*args, "--precision", "auto"], cpu_class) == 0

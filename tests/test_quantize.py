@@ -10,15 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt import quantize
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint.files import load_checkpoint, restore_model
 from nmt.config import DecodeConfig
 from nmt.errors import NmtError
-from nmt.model import Transformer
-from nmt.model_spec import ModelSpec
+from nmt.inference import int8 as quantize
+from nmt.inference.int8 import DecodeSpeeds, choose_decode_precision, int8_engine, is_quantized, quantize_for_decoding
+from nmt.inference.translator import Translator
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import Transformer
 from nmt.modules.embeddings import TiedEmbedding
-from nmt.quantize import DecodeSpeeds, choose_decode_precision, int8_engine, is_quantized, quantize_for_decoding
-from nmt.translate import Translator
 from nmt.vocab import BOS, EOS, PAD, SPECIALS
 from tests.test_translate import run_cli, tiny_checkpoint
 
@@ -154,7 +154,7 @@ def test_config_and_cli_accept_int8_and_say_it(tmp_path: Path, monkeypatch: pyte
 
 def test_int8_output_projection_keeps_the_target_vocabulary_mask() -> None:
     from nmt.config import ModelConfig
-    from nmt.model import build_model
+    from nmt.model.transformer import build_model
 
     cfg = ModelConfig(enc_layers=1, dec_layers=1, d_model=32, d_ff=64, n_heads=2, logit_mask=True,
                       attention="scaled_dot")

@@ -63,7 +63,7 @@ def test_a_wrong_conversion_is_caught() -> None:
 
 def test_a_wrong_initialization_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     from fidelity import model_checks
-    from nmt.model import INITS, build_model
+    from nmt.model.transformer import INITS, build_model
 
     def xavier(*args: object, **kwargs: object) -> torch.nn.Module:
         model = build_model(*args, **kwargs)  # type: ignore[arg-type]

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from nmt.errors import NmtError
-from nmt.evaluate import tokenized_bleu
 from nmt.experiments.published import BASELINE, PUBLISHED, QKNORM_AVERAGE_GAIN, reference_score
 from nmt.experiments.records import (
     check_references,
@@ -26,6 +25,7 @@ from nmt.experiments.records import (
     write_record,
 )
 from nmt.experiments.report import Expected, Resampling, build_results, gain_summary
+from nmt.metrics import tokenized_bleu
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORDS = "the a cat dog sat ran on under mat tree big small red blue".split()

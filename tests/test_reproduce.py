@@ -20,10 +20,10 @@ import pytest
 import torch
 import yaml
 
-from nmt.checkpoint import load_checkpoint, save_checkpoint
-from nmt.evaluate import tokenized_bleu
+from nmt.checkpoint.files import load_checkpoint, save_checkpoint
 from nmt.experiments.pipeline import RunSpec, finished, train_run
 from nmt.experiments.published import BASELINE
+from nmt.metrics import tokenized_bleu
 from tests.synthetic import tiny_config, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 import yaml
 
-import nmt.train
-import nmt.training.checkpoints
+import nmt.training.loop
+import nmt.training.resume
 from nmt import cli
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
 from nmt.errors import NmtError
-from nmt.run_lock import LOCK_NAME, RunLock
+from nmt.training.run_lock import LOCK_NAME, RunLock
 from tests.synthetic import prepare_synthetic, tiny_config
 
-HOLD = "import sys, time; from pathlib import Path; from nmt.run_lock import RunLock; " \
+HOLD = "import sys, time; from pathlib import Path; from nmt.training.run_lock import RunLock; " \
        "lock = RunLock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)"
 
 
@@ -79,7 +79,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(data: Path, 
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     tree = tiny_config(data, tmp_path / "run", max_steps=30, eval_every=10, log_every=10)
-    real = nmt.training.checkpoints.save_checkpoint
+    real = nmt.training.resume.save_checkpoint
     calls: list[str] = []
 
     def full_after_two(path: Any, payload: dict[str, Any]) -> None:
@@ -88,7 +88,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(data: Path, 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, payload)
 
-    monkeypatch.setattr(nmt.training.checkpoints, "save_checkpoint", full_after_two)
+    monkeypatch.setattr(nmt.training.resume, "save_checkpoint", full_after_two)
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tree), encoding="utf-8")
     assert cli.main(["train", str(config), "--quiet"]) == 2
@@ -98,6 +98,6 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(data: Path, 
     kept = load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")  # the last good checkpoint loads
     assert kept["progress"]["step"] in (10, 20)
     assert not list((tmp_path / "run").glob("*.tmp"))
-    monkeypatch.setattr(nmt.training.checkpoints, "save_checkpoint", real)  # space freed
-    result = nmt.train.train(config_from_dict(tree), resume=True)
+    monkeypatch.setattr(nmt.training.resume, "save_checkpoint", real)  # space freed
+    result = nmt.training.loop.train(config_from_dict(tree), resume=True)
     assert result["step"] == 30 and result["reason"] == "reached train.max_steps=30"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from nmt import cli
+from nmt.inference.translator import Translator
 from nmt.search.sampling import Sampler, Sampling, uniforms
-from nmt.translate import Translator
 from tests.test_translate import synthetic_sentences, tiny_checkpoint
 
 

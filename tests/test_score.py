@@ -17,8 +17,8 @@ import pytest
 from nmt import cli
 from nmt.config import config_from_dict
 from nmt.data.text import read_lines
-from nmt.train import train
-from nmt.translate import Translator
+from nmt.inference.translator import Translator
+from nmt.training.loop import train
 from tests.synthetic import prepare_synthetic, tiny_config
 
 

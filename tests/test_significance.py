@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from sacrebleu.significance import PairedTest
 
-from nmt.evaluate import bleu_metric, tokenized_bleu
 from nmt.experiments.significance import (
     bootstrap_interval,
     corpus_bleu,
@@ -19,6 +18,7 @@ from nmt.experiments.significance import (
     sentence_statistics,
     spread,
 )
+from nmt.metrics import bleu_metric, tokenized_bleu
 
 WORDS = "the a cat dog sat ran on under mat tree big small red blue green old new".split()
 

@@ -21,7 +21,7 @@ EXPERIMENTS = "nmt.experiments"
 # the study, the measurements and the GPU check sit above the core, beside the command line
 OUTSIDE_CORE = ("nmt.experiments", "nmt.perf", "nmt.gpucheck", "nmt.commands")
 MODULES = "nmt.modules"
-NOT_IN_MODULES = ("nmt.kernels", "nmt.hardware", "nmt.allocator", "nmt.runtime", "nmt.perf", "nmt.gpucheck")
+NOT_IN_MODULES = ("nmt.kernels", "nmt.machine", "nmt.perf", "nmt.gpucheck")
 
 
 def module_name(path: Path) -> str:

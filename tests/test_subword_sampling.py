@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import config_from_dict
 from nmt.data.batching import ParallelData
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.subword_sampling import SubwordSampler
 from nmt.errors import NmtError
-from nmt.runtime import Runtime
-from nmt.train import Trainer, train
-from nmt.train_data import load_training_data
+from nmt.machine.runtime import Runtime
+from nmt.training.data import load_training_data
+from nmt.training.loop import Trainer, train
 from tests.synthetic import prepare_synthetic, tiny_config
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import yaml
 
-from nmt.average import average_checkpoints
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint.average import average_checkpoints
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import load_config
 from nmt.errors import NmtError
 from nmt.experiments.pipeline import RunSpec, checkpoint_to_test

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.checkpoint.files import load_checkpoint, save_checkpoint
 from nmt.config import config_from_dict
 from nmt.errors import NmtError
-from nmt.train import train
+from nmt.training.loop import train
 from tests.synthetic import prepare_synthetic, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_plateau_decay_stops_training(data_dir: Path, tmp_path: Path, monkeypatc
     # Dev BLEU scripted to fall at every evaluation: each one after the first is below the previous (patience 1),
     # so the rate halves at steps 4, 6, 8 and training stops at step 8 (1e-9 / 8 < stop_lr), long before max_steps.
     falling = iter(range(100, 0, -1))
-    monkeypatch.setattr("nmt.training.evaluation.tokenized_bleu", lambda hyps, refs: float(next(falling)))
+    monkeypatch.setattr("nmt.training.validation.tokenized_bleu", lambda hyps, refs: float(next(falling)))
     result = run(data_dir, tmp_path / "run", max_steps=1000, eval_every=2, schedule="warmup_plateau", lr=1e-9,
                  warmup_steps=1, patience=1, decay=0.5, stop_lr=2e-10, eval_sentences=4)
     assert "stop_lr" in result["reason"] and result["step"] == 8
@@ -109,7 +109,7 @@ def test_plateau_decay_stops_training(data_dir: Path, tmp_path: Path, monkeypatc
 
 def test_flat_bleu_never_decays(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Equal dev BLEU (e.g. 0.0 early in training) is not a plateau for the official rule: no decay, no early stop.
-    monkeypatch.setattr("nmt.training.evaluation.tokenized_bleu", lambda hyps, refs: 0.0)
+    monkeypatch.setattr("nmt.training.validation.tokenized_bleu", lambda hyps, refs: 0.0)
     result = run(data_dir, tmp_path / "run", max_steps=12, eval_every=2, schedule="warmup_plateau", lr=1e-9,
                  warmup_steps=1, patience=1, decay=0.5, stop_lr=2e-10, eval_sentences=4)
     assert "max_steps" in result["reason"] and result["step"] == 12

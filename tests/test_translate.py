@@ -15,14 +15,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt import cli
-from nmt.checkpoint import load_checkpoint, model_payload, restore_model, save_checkpoint
+from nmt.checkpoint.files import load_checkpoint, model_payload, restore_model, save_checkpoint
 from nmt.config import config_from_dict, config_to_dict
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
-from nmt.model import build_model
-from nmt.model_spec import ModelSpec, spm_digest
+from nmt.inference.translator import Translator, decode_batches
+from nmt.model.spec import ModelSpec, spm_digest
+from nmt.model.transformer import build_model
 from nmt.search import beam_search, greedy_search
-from nmt.translate import Translator, decode_batches
 
 WORDS = "the a cat dog sat ran on under mat tree big small red blue , .".split()
 QKNORM_LENGTH = 20.0

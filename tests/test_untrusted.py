@@ -20,7 +20,7 @@ import yaml
 from nmt import cli
 from nmt.config import config_from_dict
 from nmt.data.prepare import prepare
-from nmt.train import train
+from nmt.training.loop import train
 from tests.synthetic import tiny_config, write_corpus
 
 

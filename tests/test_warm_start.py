@@ -13,15 +13,15 @@ import torch
 import yaml
 
 from nmt import cli
-from nmt.checkpoint import load_checkpoint, tensor_to_bytes
+from nmt.checkpoint.files import load_checkpoint, tensor_to_bytes
 from nmt.config import config_from_dict
 from nmt.data.prepare import prepare
 from nmt.errors import NmtError
-from nmt.model import build_model
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
+from nmt.model.transformer import build_model
 from nmt.modules.attention import qknorm_gain_init
-from nmt.train import train
-from nmt.warm_start import initial_state
+from nmt.training.loop import train
+from nmt.training.warm_start import initial_state
 from tests.synthetic import prepare_synthetic, tiny_config, write_corpus
 
 

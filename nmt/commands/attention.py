@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from nmt.errors import NmtError
     from nmt.experiments.attention_plot import attention_view, plot_views
-    from nmt.translate import Translator
+    from nmt.inference.translator import Translator
 
     if len(args.checkpoint) > 2:
         raise NmtError(f"--checkpoint given {len(args.checkpoint)} times; at most two are drawn side by side")

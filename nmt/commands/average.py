@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from nmt.average import average_checkpoints, last_checkpoints
-from nmt.checkpoint import checkpoint_bytes, save_checkpoint
+from nmt.checkpoint.average import average_checkpoints, last_checkpoints
+from nmt.checkpoint.files import checkpoint_bytes, save_checkpoint
 from nmt.errors import NmtError
 
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nmt.evaluate import check_lengths, corpus_scores, paired_bootstrap
+from nmt.metrics import check_lengths, corpus_scores, paired_bootstrap
 from nmt.stdio import input_lines, one_stdin
 
 

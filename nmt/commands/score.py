@@ -23,9 +23,9 @@ from nmt.atomic import atomic_open
 from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
 from nmt.commands.translate import _check_writable
 from nmt.errors import NmtError
-from nmt.scoring import PairScore
+from nmt.inference.scoring import PairScore
+from nmt.inference.translator import Translator
 from nmt.stdio import input_lines, is_std, one_stdin
-from nmt.translate import Translator
 
 BUFFER_SIZE = 10_000
 

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nmt.config import load_config
-    from nmt.train import train
+    from nmt.training.loop import train
 
     overrides = [*args.overrides, "train.progress=false"] if args.quiet else list(args.overrides)
     if args.init_from:

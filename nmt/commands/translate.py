@@ -27,11 +27,11 @@ from typing import BinaryIO, TextIO
 
 from nmt.atomic import atomic_open
 from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
-from nmt.decode_workers import check_workers
 from nmt.errors import NmtError
+from nmt.inference.threads import check_workers
+from nmt.inference.translator import Translator
 from nmt.search import Sampling
 from nmt.stdio import input_lines, is_std
-from nmt.translate import Translator
 
 BUFFER_SIZE = 10_000
 

@@ -140,7 +140,7 @@ def _load(pair: str, data_dir: Path, source: str, inputs: Inputs, data: DataConf
 
 def read_spm_model(path: str | Path) -> bytes:
     """The SentencePiece model of ``path``: an ``spm.model`` file, or a checkpoint (which carries its own)."""
-    from nmt.checkpoint import load_checkpoint, tensor_to_bytes
+    from nmt.checkpoint.files import load_checkpoint, tensor_to_bytes
 
     source = Path(path)
     if not source.is_file():

@@ -18,8 +18,8 @@ import torch
 
 from nmt.errors import NmtError
 from nmt.experiments.plots import new_figure, save_figure
-from nmt.model import attention_site
-from nmt.translate import Translator
+from nmt.inference.translator import Translator
+from nmt.model.transformer import attention_site
 from nmt.vocab import BOS, EOS
 
 KINDS = ("encoder", "decoder", "cross")

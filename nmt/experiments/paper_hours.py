@@ -5,8 +5,8 @@ from __future__ import annotations
 from nmt.config import load_config
 from nmt.experiments.pipeline import RunSpec
 from nmt.experiments.typical_run import TYPICAL_EPOCHS, WARMUP_MULTIPLE, typical_run
+from nmt.machine.runtime import setup, teardown
 from nmt.perf.bench import make_trainer, time_training
-from nmt.runtime import setup, teardown
 
 __all__ = ["TYPICAL_EPOCHS", "WARMUP_MULTIPLE", "estimate_paper_hours"]
 

@@ -89,7 +89,7 @@ def ensure_prepared(spec: RunSpec) -> dict[str, Any]:
 
 def training_progress(save_dir: Path) -> dict[str, Any] | None:
     """Where the run in ``save_dir`` stands (``checkpoint_last.pt``'s progress without its history), or None."""
-    from nmt.checkpoint import load_checkpoint
+    from nmt.checkpoint.files import load_checkpoint
 
     last = save_dir / "checkpoint_last.pt"
     if not last.is_file():
@@ -102,7 +102,7 @@ def training_progress(save_dir: Path) -> dict[str, Any] | None:
 def finished(save_dir: Path, config: dict[str, Any]) -> bool:
     """Whether the run in ``save_dir`` stopped by itself (not interrupted) with the resolved config ``config``:
     ``checkpoint_last.pt`` records both (``progress.stopped``, ``config``)."""
-    from nmt.checkpoint import load_checkpoint
+    from nmt.checkpoint.files import load_checkpoint
 
     last = save_dir / "checkpoint_last.pt"
     if not (last.is_file() and (save_dir / "checkpoint_best.pt").is_file()):
@@ -172,8 +172,8 @@ def checkpoint_to_test(spec: RunSpec) -> Path:
     """``checkpoint_best.pt``; with ``train.test_average`` N > 0, ``checkpoint_avg.pt``: the average of the run's N
     newest ``checkpoint_<step>.pt`` (fairseq's ``average_checkpoints.py --num-update-checkpoints N``), rebuilt when
     an input is newer than it."""
-    from nmt.average import average_checkpoints, last_checkpoints
-    from nmt.checkpoint import save_checkpoint
+    from nmt.checkpoint.average import average_checkpoints, last_checkpoints
+    from nmt.checkpoint.files import save_checkpoint
 
     count = load_config(spec.config_path, spec.overrides).train.test_average
     if count <= 0:
@@ -189,8 +189,8 @@ def test_run(spec: RunSpec, force: bool = False) -> dict[str, Any]:
     """Translate the test set with the best checkpoint (or the average, :func:`checkpoint_to_test`) and score it;
     cached in ``save_dir/test_scores.json``."""
     from nmt.data.text import read_lines, write_lines_atomic
-    from nmt.evaluate import corpus_scores
-    from nmt.translate import Translator
+    from nmt.inference.translator import Translator
+    from nmt.metrics import corpus_scores
 
     best = checkpoint_to_test(spec)
     scores_path = spec.save_dir / "test_scores.json"
@@ -236,7 +236,7 @@ def test_references(pair: str, data_dir: str, from_dir_root: str | None = None) 
 
 def record_run(spec: RunSpec, results_dir: Path) -> Path:
     """Write the record of a trained and tested run (:mod:`nmt.experiments.records`) under ``results_dir``."""
-    from nmt.checkpoint import load_checkpoint
+    from nmt.checkpoint.files import load_checkpoint
     from nmt.experiments.records import record_from_run, write_record
 
     payload = load_checkpoint(spec.save_dir / "checkpoint_last.pt")

@@ -14,9 +14,9 @@ from typing import Any
 
 from nmt.atomic import atomic_open
 from nmt.errors import NmtError
-from nmt.model import site_of
+from nmt.model.transformer import site_of
 
-# Panels of the gains plot: kind of attention (``nmt.model.ATTENTION_SITES``) → title.
+# Panels of the gains plot: kind of attention (``nmt.model.transformer.ATTENTION_SITES``) → title.
 GAIN_PANELS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
 
 

@@ -122,7 +122,7 @@ def read_metrics(save_dir: Path) -> list[dict[str, Any]]:
 def run_machines(save_dir: Path) -> list[str]:
     """The machines a run trained on, in order (one per distinct ``machine:`` line that training logs at every
     (re)start in ``train.log``)."""
-    from nmt.hardware import MACHINE_LINE
+    from nmt.machine.hardware import MACHINE_LINE
 
     log = save_dir / "train.log"
     if not log.is_file():

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from nmt.atomic import atomic_write_text
-from nmt.evaluate import paired_bootstrap
 from nmt.experiments.power import detectable_difference
 from nmt.experiments.published import BASELINE, QKNORM_AVERAGE_GAIN, reference_score
 from nmt.experiments.significance import bootstrap_interval, randomization_test, sentence_statistics, spread
-from nmt.model import site_of
+from nmt.metrics import paired_bootstrap
+from nmt.model.transformer import site_of
 
-# Label of each kind of attention (``nmt.model.ATTENTION_SITES``) in the gain summary.
+# Label of each kind of attention (``nmt.model.transformer.ATTENTION_SITES``) in the gain summary.
 GAIN_KINDS = {"encoder": "encoder self", "decoder": "decoder self", "cross": "cross"}
 
 

@@ -1,6 +1,6 @@
 """Is a difference between two systems the method or the seed? Tests over several training runs per system.
 
-With one run per system, sacreBLEU's paired bootstrap (:func:`nmt.evaluate.paired_bootstrap`) resamples the test
+With one run per system, sacreBLEU's paired bootstrap (:func:`nmt.metrics.paired_bootstrap`) resamples the test
 sentences only: it says whether *these two models* differ, not whether the *methods* do, since retraining with another
 seed moves BLEU by about as much as the effects studied here. Clark et al. 2011 ("Better Hypothesis Testing for
 Statistical Machine Translation: Controlling for Optimizer Instability", ACL; their tool MultEval) test over several
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from nmt.evaluate import bleu_metric, check_lengths
+from nmt.metrics import bleu_metric, check_lengths
 
 SEED = 12345  # sacreBLEU's default SACREBLEU_SEED: the tests are reproducible
 RANDOMIZATION_TEST = ("stratified approximate randomization over test sentences and training seeds "

@@ -27,7 +27,7 @@ def typical_run_of(cfg: Config) -> tuple[int, int, int]:
     """``(updates per epoch, epochs, updates)`` of a typical run of ``cfg`` on its prepared data (see
     :func:`typical_run`)."""
     from nmt.data.batching import make_batches
-    from nmt.train_data import load_training_data
+    from nmt.training.data import load_training_data
 
     src_lens, tgt_lens = load_training_data(cfg).train.lengths()
     batches = make_batches(src_lens, tgt_lens, cfg.train.max_tokens, cfg.train.seed, 1)

@@ -38,8 +38,8 @@ def train(settings: Settings, save_dir: Path) -> tuple[int, str]:
 def score_test(settings: Settings, best: Path) -> dict[str, Any]:
     """Beam-4 translation of the test set with ``best``; tokenized BLEU (and sacreBLEU where sacremoses exists)."""
     from nmt.data.text import read_lines
-    from nmt.evaluate import corpus_scores, tokenized_bleu
-    from nmt.translate import Translator
+    from nmt.inference.translator import Translator
+    from nmt.metrics import corpus_scores, tokenized_bleu
 
     src, tgt = settings.pair.split("-")
     raw = Path(settings.data_dir) / settings.pair / "raw"
@@ -71,7 +71,7 @@ def extrapolate(settings: Settings, seconds_per_update: float) -> dict[str, Any]
 
 
 def glen_phase(settings: Settings) -> dict[str, Any]:
-    from nmt.checkpoint import load_checkpoint
+    from nmt.checkpoint.files import load_checkpoint
 
     save_dir = Path(settings.work) / "glen"
     code, stderr = train(settings, save_dir)

@@ -94,7 +94,7 @@ def compare(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str,
 
 def resume_phase(settings: Settings) -> dict[str, Any]:
     """Two SIGKILLs and resumes against an uninterrupted run (started at the same time, on the same device)."""
-    from nmt.checkpoint import load_checkpoint
+    from nmt.checkpoint.files import load_checkpoint
 
     work, rng = Path(settings.work), random.Random(20260917)
     reference = Training(settings.tiny_config, work / "resume-reference", resume=False)
@@ -151,7 +151,7 @@ def torchrun(settings: Settings, nproc: int, save_dir: Path, steps: int, timeout
     last = save_dir / "checkpoint_last.pt"
     step = None
     if code == 0 and last.is_file():
-        from nmt.checkpoint import load_checkpoint
+        from nmt.checkpoint.files import load_checkpoint
 
         step = load_checkpoint(last)["step"]
     errors = [line.strip() for line in stderr.splitlines() if "Error" in line or "error:" in line or "NCCL" in line]

@@ -57,9 +57,9 @@ def training_flops(cfg: Config, vocab: int, src_lens: np.ndarray, tgt_lens: np.n
 
 def measure(cfg: Config, steps: int, warmup: int) -> dict[str, Any]:
     """Tokens/s, FLOP/s and peak memory of ``steps`` timed updates of ``cfg`` (after ``warmup``)."""
+    from nmt.machine.runtime import setup, teardown
     from nmt.perf.bench import time_training
-    from nmt.runtime import setup, teardown
-    from nmt.train import Trainer
+    from nmt.training.loop import Trainer
 
     runtime = setup(cfg.train.device, cfg.train.precision)
     cuda = runtime.device.type == "cuda"

@@ -13,8 +13,8 @@ state-dict keys; the same results within rounding, tests/test_kernels.py):
 
 Only the exact classes are swapped, so a user's own subclass keeps its own code. Every swapped path checks the
 device, autocast and ``torch.compile`` at call time, so an accelerated model may move between devices. Incremental
-decoding (:mod:`nmt.kernels.incremental`) works on plain and accelerated models alike; int8 decoding is
-:mod:`nmt.quantize`.
+decoding (:mod:`nmt.model.incremental`) works on plain and accelerated models alike; int8 decoding is
+:mod:`nmt.inference.int8`.
 """
 
 from __future__ import annotations

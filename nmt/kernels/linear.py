@@ -1,5 +1,5 @@
 """Linear layers whose row count comes in a few sizes, so oneDNN reuses its matmul primitives (CPU bf16/fp16, and
-fp32 where :mod:`nmt.fp32_gemm` routes fp32 products to oneDNN), and whose decoding multiplies by weights packed
+fp32 where :mod:`nmt.machine.fp32_gemm` routes fp32 products to oneDNN), and whose decoding multiplies by weights packed
 once (:mod:`nmt.kernels.packed`).
 
 On CPU, PyTorch runs bf16 (and fp16) matmuls through oneDNN, which builds a primitive (a JIT-compiled kernel) for
@@ -7,9 +7,9 @@ every new shape, and token-budget batches give every update a new number of rows
 whenever finished sentences leave the decoder's rows. Here the rows are padded with zeros to one of a few sizes
 (:func:`padded_rows`), the product runs on the padded rows and the result keeps the real ones: the zero rows add
 nothing to the weight and bias gradients, and the few shapes recur in oneDNN's primitive cache. fp32 matmuls go to
-MKL, which builds nothing per shape, unless :func:`nmt.fp32_gemm.choice` found oneDNN clearly faster for one of a
-layer's three products on this CPU (AMD): then that product runs through oneDNN, in fp32, on padded rows too.
-GPUs have their own kernels: there this is ``F.linear``; so are the int8 layers of int8 decoding.
+MKL, which builds nothing per shape, unless :func:`nmt.machine.fp32_gemm.choice` found oneDNN clearly faster for one of
+a layer's three products on this CPU (AMD): then that product runs through oneDNN, in fp32, on padded rows too. GPUs
+have their own kernels: there this is ``F.linear``; so are the int8 layers of int8 decoding.
 :class:`PaddedLinear` is the ``nn.Linear`` that :func:`nmt.kernels.accelerate` swaps in. The
 measurements behind each choice: ``docs/performance.md``, "The speed wing".
 """
@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt import fp32_gemm
-from nmt.fp32_gemm import Fp32Gemm
 from nmt.kernels import packed
+from nmt.machine import fp32_gemm
+from nmt.machine.fp32_gemm import Fp32Gemm
 
 MIN_ROW_STEP = 64  # rows are padded to a multiple of at least this (above it)
 MIN_SMALL_ROWS = 8  # fewer rows are padded to a power of two, at least this

@@ -1,7 +1,7 @@
 """Weights packed once into oneDNN's layout for CPU decoding in bf16, and in fp32 where oneDNN runs fp32 matmuls.
 
 Under bf16 autocast a CPU ``F.linear`` goes to oneDNN, which reorders the weight into its blocked layout inside
-every call (so does ``_linear_pointwise`` on a dense fp32 weight, the route :mod:`nmt.fp32_gemm` may choose).
+every call (so does ``_linear_pointwise`` on a dense fp32 weight, the route :mod:`nmt.machine.fp32_gemm` may choose).
 Decoding calls each Linear layer once per beam-search step with the same weight, so that reorder is
 much of a small product's time; ``torch.ops.mkldnn._linear_pointwise`` on a weight packed once by
 ``_reorder_linear_weight`` skips it (PyTorch's inductor packs frozen CPU graphs' weights the same way). Figures:
@@ -13,8 +13,8 @@ bump it, ``load_state_dict`` among them), address, shape and strides, and a laye
 (``Adam(fused=True)``, the trainer's) does not bump version counters, so the layers also drop their packs whenever
 their mode changes (:func:`nmt.kernels.linear.drop_packs`): validation during training, which always starts with
 ``model.eval()``, decodes with the weights of that step (before this, it kept the packs of the first validation).
-bf16 packing is used only where bf16 is native (:func:`nmt.hardware.bf16_support`): where oneDNN emulates bf16 this
-path would not be taken anyway, and its reorder may not exist there.
+bf16 packing is used only where bf16 is native (:func:`nmt.machine.hardware.bf16_support`): where oneDNN emulates bf16
+this path would not be taken anyway, and its reorder may not exist there.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt import hardware
+from nmt.machine import hardware
 
 
 @functools.cache

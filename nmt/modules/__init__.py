@@ -1,7 +1,8 @@
 """Transformer building blocks: norms, attention scoring, embeddings, feed-forward and residual layers.
 
 Each pluggable choice is a small dict next to its classes (``NORMS``, ``ATTENTIONS``) whose keys equal the
-matching ``Literal`` in :mod:`nmt.config`; :func:`nmt.model.build_model` is the only place that picks from them.
+matching ``Literal`` in :mod:`nmt.config`; :func:`nmt.model.transformer.build_model` is the only place that picks from
+them.
 """
 
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm, QKRMSNorm, ScaledDot

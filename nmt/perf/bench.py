@@ -1,11 +1,11 @@
 """Speed measurements: training throughput, peak memory and decoding speed on prepared data (``nmt bench``).
 
-Training is timed through the real :meth:`nmt.train.Trainer.train_step` (collation, forward, loss, backward, clipping,
-optimizer) from wall clock over a fixed run of batches after a warm-up; every repeat replays the same batches so the
-repeats differ only by noise. Decoding goes through :class:`nmt.translate.Translator` (the ``nmt translate`` path:
-token-budget batches, beam search or greedy) on the first N test sentences. Each figure is reported as the median
-of the repeats with its min and max, and the machine's load average is recorded before and after, since a shared
-machine makes every number here smaller.
+Training is timed through the real :meth:`nmt.training.loop.Trainer.train_step` (collation, forward, loss, backward,
+clipping, optimizer) from wall clock over a fixed run of batches after a warm-up; every repeat replays the same
+batches so the repeats differ only by noise. Decoding goes through :class:`nmt.inference.translator.Translator` (the
+``nmt translate`` path: token-budget batches, beam search or greedy) on the first N test sentences. Each figure is
+reported as the median of the repeats with its min and max, and the machine's load average is recorded before and
+after, since a shared machine makes every number here smaller.
 
 Benchmarks are measurements, never timed tests: nothing here asserts a speed.
 """
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from nmt.config import Config
-from nmt.hardware import describe_machine, machine_info
-from nmt.loader import BatchLoader
+from nmt.machine.hardware import describe_machine, machine_info
+from nmt.machine.runtime import Runtime, setup, teardown
 from nmt.perf.roof import copy_bandwidth
-from nmt.runtime import Runtime, setup, teardown
+from nmt.training.loader import BatchLoader
 
 if TYPE_CHECKING:
     from nmt.data.batching import Batch
-    from nmt.train import Trainer
+    from nmt.training.loop import Trainer
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -89,7 +89,7 @@ def _sync(device: torch.device) -> None:
 
 
 def make_trainer(cfg: Config, runtime: Runtime) -> Trainer:
-    from nmt.train import Trainer
+    from nmt.training.loop import Trainer
 
     return Trainer(cfg, runtime)
 
@@ -216,8 +216,8 @@ def _test_sources(cfg: Config, n: int) -> list[list[int]]:
 def _decoder(trainer: Trainer,
              settings: BenchSettings) -> tuple[Callable[[list[list[int]], int], list[list[int]]], Runtime]:
     """The decoding function under test, and the runtime (device, resolved precision) it decodes with."""
-    from nmt.checkpoint import load_checkpoint, restore_model
-    from nmt.translate import Translator
+    from nmt.checkpoint.files import load_checkpoint, restore_model
+    from nmt.inference.translator import Translator
 
     device = trainer.rt.device
     if settings.checkpoint:

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nmt.fp32_gemm import onednn_linear
+from nmt.machine.fp32_gemm import onednn_linear
 
 aten = torch.ops.aten
 
@@ -36,7 +36,8 @@ aten = torch.ops.aten
 @dataclass(frozen=True)
 class Matmul:
     """One batched matmul ``(batch, m, k) @ (batch, k, n)`` in ``dtype`` (batch 1 for a plain mm); ``onednn``: it ran
-    through oneDNN's linear op (the fp32 route of :mod:`nmt.fp32_gemm`, bf16 decoding's packs), and is replayed so."""
+    through oneDNN's linear op (the fp32 route of :mod:`nmt.machine.fp32_gemm`, bf16 decoding's packs), and is replayed
+    so."""
 
     batch: int
     m: int

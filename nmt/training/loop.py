@@ -14,16 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from nmt.checkpoint import remove_temporaries
+from nmt.checkpoint.files import remove_temporaries
 from nmt.config import Config
 from nmt.data.batching import Batch, ParallelData, make_batches
 from nmt.errors import NmtError
-from nmt.hardware import MACHINE_LINE, describe_machine, machine_info
-from nmt.loader import BatchLoader
-from nmt.run_lock import RunLock
-from nmt.run_log import RunLog
-from nmt.runtime import Runtime, setup, teardown
-from nmt.training import checkpoints, evaluation
+from nmt.machine.hardware import MACHINE_LINE, describe_machine, machine_info
+from nmt.machine.runtime import Runtime, setup, teardown
+from nmt.training import validation
+from nmt.training.loader import BatchLoader
+from nmt.training.resume import keep_numbered, restore, save, warm_start, write_run_files
+from nmt.training.run_lock import RunLock
+from nmt.training.run_log import RunLog
 from nmt.training.state import Progress, RunState
 from nmt.training.stopping import stop_reason
 from nmt.training.updates import Updates
@@ -60,7 +61,7 @@ class Trainer:
         return self._epoch_cache
 
     def epoch_data(self, epoch: int) -> ParallelData:
-        """The training pairs as ``epoch`` sees them (:meth:`nmt.train_data.TrainingData.epoch_data`)."""
+        """The training pairs as ``epoch`` sees them (:meth:`nmt.training.data.TrainingData.epoch_data`)."""
         return self._epoch(epoch)[1]
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
@@ -78,11 +79,11 @@ class Trainer:
 
     def save(self, name: str) -> None:
         self.settle()  # a diverged update stops the run before its weights are written
-        checkpoints.save(self.state, name)
+        save(self.state, name)
 
     def evaluate(self, log: RunLog) -> float:
         self.settle()
-        return evaluation.evaluate(self.state, log, self.save)
+        return validation.evaluate(self.state, log, self.save)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop_signal = signum
@@ -92,16 +93,16 @@ class Trainer:
         run, last = self.state, self.state.save_dir / "checkpoint_last.pt"
         warm = ""
         if resume and last.exists():
-            checkpoints.restore(run, last)
+            restore(run, last)
         elif last.exists():
             raise NmtError(f"{run.save_dir} already holds a run (checkpoint_last.pt); pass --resume to continue it "
                            "or set another train.save_dir")
         elif self.cfg.train.init_from:
-            warm = checkpoints.warm_start(run, Path(self.cfg.train.init_from))
+            warm = warm_start(run, Path(self.cfg.train.init_from))
         if self.rt.is_main:
             run.save_dir.mkdir(parents=True, exist_ok=True)
             remove_temporaries(run.save_dir)  # left by a run killed in the middle of a checkpoint write
-            checkpoints.write_run_files(run)
+            write_run_files(run)
         return warm
 
     def run(self, resume: bool) -> dict[str, Any]:
@@ -138,7 +139,7 @@ class Trainer:
                 if t.save_every > 0 and p.step % t.save_every == 0:  # a restore point, and its numbered copy
                     if self.state.saved_step != p.step:  # (an evaluation at this step has just written it)
                         self.save("checkpoint_last.pt")
-                    checkpoints.keep_numbered(self.state)
+                    keep_numbered(self.state)
             p.train_seconds = start_seconds + time.time() - started  # a time-limited run stays stopped on resume
             p.stopped = "" if reason == "interrupted" else reason
             if p.last_eval_step != p.step and reason != "interrupted":
@@ -190,10 +191,9 @@ class Trainer:
 def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
     """Train according to ``cfg`` (resuming ``checkpoint_last.pt`` when asked); returns a summary dict.
 
-    The main process holds ``train.save_dir``'s lock (:mod:`nmt.run_lock`) for the whole run. A file that cannot be
-    written (a full disk, a lost permission) stops the run with one line naming it; the checkpoints written before
-    are intact (every one is written atomically), so ``--resume`` continues once the cause is fixed.
-    """
+    The main process holds ``train.save_dir``'s lock (:mod:`nmt.training.run_lock`) for the whole run. A file that
+    cannot be written (a full disk, a lost permission) stops the run with one line naming it; the checkpoints written
+    before are intact (every one is written atomically), so ``--resume`` continues once the cause is fixed."""
     runtime = setup(cfg.train.device, cfg.train.precision)
     lock = RunLock(Path(cfg.train.save_dir)).acquire() if runtime.is_main else None
     try:

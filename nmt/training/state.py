@@ -8,13 +8,14 @@ from typing import Any
 
 import torch
 
-from nmt import kernels, rng
+from nmt import kernels
 from nmt.config import Config
-from nmt.model import Transformer, build_model
-from nmt.optim import LRController, build_optimizer
-from nmt.runtime import Runtime
-from nmt.train_data import TrainingData, load_training_data
+from nmt.machine.runtime import Runtime
+from nmt.model.transformer import Transformer, build_model
+from nmt.training import rng
+from nmt.training.data import TrainingData, load_training_data
 from nmt.training.ema import WeightAverage
+from nmt.training.optim import LRController, build_optimizer
 
 
 @dataclass

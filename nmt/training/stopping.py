@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from nmt.runtime import broadcast_floats
+from nmt.machine.runtime import broadcast_floats
 from nmt.training.state import RunState
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 
 from nmt.data.batching import Batch
-from nmt.loss import label_smoothed_nll
-from nmt.runtime import all_sum
-from nmt.training.checkpoints import diverged
+from nmt.machine.runtime import all_sum
+from nmt.training.loss import label_smoothed_nll
+from nmt.training.resume import diverged
 from nmt.training.state import RunState
 
 # Updates whose figures may wait on the device before train_step reads them anyway (bench runs never log).

@@ -21,7 +21,7 @@ import torch
 
 from nmt.atomic import TMP_SUFFIX, atomic_write_bytes
 from nmt.errors import NmtError
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
 
 __all__ = ["TMP_SUFFIX", "atomic_write_bytes", "checkpoint_bytes", "load_checkpoint", "remove_temporaries",
            "save_checkpoint"]
@@ -106,7 +106,7 @@ def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: b
         state: the model's ``state_dict()``.
         config: the resolved config as a plain dict (:func:`nmt.config.config_to_dict`).
         spm: the SentencePiece model's bytes.
-        spec: what the model was built from (:meth:`nmt.model_spec.ModelSpec.payload`: ``vocab_size``,
+        spec: what the model was built from (:meth:`nmt.model.spec.ModelSpec.payload`: ``vocab_size``,
             ``qknorm_length``, ``spm_sha256``).
         step: training updates behind the weights.
         epoch: the epoch they were reached in.
@@ -126,7 +126,7 @@ def restorable(payload: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[
 if TYPE_CHECKING:  # imported lazily below: the model and tokenizer are not needed to read or write checkpoints
     from nmt.config import Config
     from nmt.data.bpe import SentencePieceTokenizer
-    from nmt.model import Transformer
+    from nmt.model.transformer import Transformer
 
 
 def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *,
@@ -139,8 +139,8 @@ def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *
         path: the checkpoint's file name, for error messages.
 
     Returns:
-        ``(model, config, tokenizer)``: a :class:`nmt.model.Transformer`, the :class:`nmt.config.Config` it was
-        trained with, and a :class:`nmt.data.bpe.SentencePieceTokenizer`.
+        ``(model, config, tokenizer)``: a :class:`nmt.model.transformer.Transformer`, the :class:`nmt.config.Config` it
+        was trained with, and a :class:`nmt.data.bpe.SentencePieceTokenizer`.
 
     Raises:
         NmtError: the config is invalid or the state dict does not match the architecture it describes.
@@ -148,7 +148,7 @@ def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *
     from nmt import kernels
     from nmt.config import config_from_dict
     from nmt.data.bpe import SentencePieceTokenizer
-    from nmt.model import build_model
+    from nmt.model.transformer import build_model
 
     name = path if path is not None else "<in memory>"
     for key in ("spm", "vocab_size"):

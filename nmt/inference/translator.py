@@ -27,19 +27,19 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from nmt.checkpoint import load_checkpoint, restorable, restore_model
+from nmt.checkpoint.files import load_checkpoint, restorable, restore_model
 from nmt.config import Config, DecodeConfig
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
-from nmt.decode_job import DecodeJob, for_precision, run_job
-from nmt.decode_processes import DecodeProcesses, ProcessSlot
-from nmt.decode_workers import check_workers, map_ordered
-from nmt.ensemble import Ensemble, check_same_pieces
 from nmt.errors import NmtError
-from nmt.quantize import choose_decode_precision
-from nmt.runtime import Runtime, bound_onednn_cache, resolve_device
-from nmt.scoring import PairScore, score_ids
+from nmt.inference.ensemble import Ensemble, check_same_pieces
+from nmt.inference.int8 import choose_decode_precision
+from nmt.inference.jobs import DecodeJob, for_precision, run_job
+from nmt.inference.processes import DecodeProcesses, ProcessSlot
+from nmt.inference.scoring import PairScore, score_ids
+from nmt.inference.threads import check_workers, map_ordered
+from nmt.machine.runtime import Runtime, bound_onednn_cache, resolve_device
 from nmt.search import Hypothesis, Sampling, Seq2Seq
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
@@ -75,10 +75,10 @@ def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settin
                    processes: DecodeProcesses | None = None) -> list[list[Hypothesis]]:
     """The one batched decoding loop of validation and ``nmt translate``: piece-id sources (without EOS) in
     length-sorted batches of ``settings.max_tokens`` padded source tokens and at most ``batch_size`` sentences,
-    each decoded by :func:`nmt.decode_job.run_job` under ``runtime``'s autocast (with ``sampling``: sampled, each
+    each decoded by :func:`nmt.inference.jobs.run_job` under ``runtime``'s autocast (with ``sampling``: sampled, each
     sentence keyed by ``first_index`` + its position, so its samples do not depend on the batching), ``workers``
-    batches at a time: in ``processes`` where given (:mod:`nmt.decode_processes`), else in threads of this process
-    (:mod:`nmt.decode_workers`); results in input order.
+    batches at a time: in ``processes`` where given (:mod:`nmt.inference.processes`), else in threads of this process
+    (:mod:`nmt.inference.threads`); results in input order.
 
     Empty sources are not decoded: they get ``settings.nbest`` empty hypotheses with score 0.
     """
@@ -110,9 +110,9 @@ class Translator:
         device: where ``model`` lives.
         precision: arithmetic of decoding: ``fp32``, ``bf16`` or ``fp16`` autocast, or ``auto``; None takes
             ``config.decode.precision``.
-        entries: the :func:`nmt.checkpoint.restorable` entries of the checkpoint(s) ``model`` was restored from
+        entries: the :func:`nmt.checkpoint.files.restorable` entries of the checkpoint(s) ``model`` was restored from
             (:meth:`from_checkpoint` passes them): with them, ``workers`` > 1 on a CPU decodes in processes
-            (:mod:`nmt.decode_processes`), which :meth:`close` stops; without, in threads.
+            (:mod:`nmt.inference.processes`), which :meth:`close` stops; without, in threads.
     """
 
     def __init__(self, model: Seq2Seq[Any], config: Config, tokenizer: SentencePieceTokenizer,
@@ -127,7 +127,7 @@ class Translator:
         chosen = choose_decode_precision(precision or config.decode.precision, device,
                                          "decode precision" if precision else "decode.precision",
                                          cast(torch.nn.Module, probed), tokenizer.vocab_size)
-        self.model = for_precision(model, chosen.name)  # int8: a quantized copy (nmt/quantize.py), no autocast
+        self.model = for_precision(model, chosen.name)  # int8: a quantized copy (nmt/inference/int8.py), no autocast
         self.runtime = Runtime(device, chosen.name, precision_reason=chosen.reason)
         bound_onednn_cache(device, self.runtime.precision)
         self.processes = None if entries is None or device.type != "cpu" else ProcessSlot(entries, chosen.name)
@@ -151,8 +151,8 @@ class Translator:
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | Path], device: str = "auto",
                          precision: str | None = None) -> Translator:
-        """One checkpoint, or an ensemble of several (:mod:`nmt.ensemble`) that must share their SentencePiece model;
-        decoding defaults come from the first."""
+        """One checkpoint, or an ensemble of several (:mod:`nmt.inference.ensemble`) that must share their SentencePiece
+        model; decoding defaults come from the first."""
         if len(paths) == 1:
             return cls.from_checkpoint(paths[0], device, precision)
         dev = resolve_device(device)
@@ -203,7 +203,8 @@ class Translator:
 
     def score(self, sources: Sequence[str], targets: Sequence[str], pretokenized: bool = False,
               max_tokens: int | None = None, batch_size: int | None = None, first_line: int = 1) -> list[PairScore]:
-        """Force-decode text pairs (:mod:`nmt.scoring`): the log-probability of each target given its source."""
+        """Force-decode text pairs (:mod:`nmt.inference.scoring`): the log-probability of each target given its
+        source."""
         if len(sources) != len(targets):
             raise NmtError(f"{len(sources)} source lines but {len(targets)} target lines")
         if batch_size is not None and batch_size < 1:
@@ -227,7 +228,7 @@ class Translator:
         search (``first_index``: the input index of ``sources[0]``, which with the seed fixes the samples).
 
         ``workers`` batches are decoded at a time, each on one intra-op thread: in processes where this translator
-        can rebuild its model in them (:meth:`worker_processes`), else in threads (:mod:`nmt.decode_workers`).
+        can rebuild its model in them (:meth:`worker_processes`), else in threads (:mod:`nmt.inference.threads`).
 
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """

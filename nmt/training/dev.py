@@ -10,10 +10,10 @@ import torch
 
 from nmt.config import DecodeConfig
 from nmt.data.batching import ParallelData, collate, make_batches
-from nmt.loss import label_smoothed_nll
-from nmt.model import Transformer
-from nmt.runtime import Runtime
-from nmt.translate import decode_sources
+from nmt.inference.translator import decode_sources
+from nmt.machine.runtime import Runtime
+from nmt.model.transformer import Transformer
+from nmt.training.loss import label_smoothed_nll
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
 
 def decode_ids(model: Transformer, sources: list[np.ndarray], settings: DecodeConfig,
                runtime: Runtime) -> list[list[int]]:
-    """Best hypothesis ids for each source, through ``nmt translate``'s loop (:func:`nmt.translate.decode_sources`)
+    """Best hypothesis ids for each source, through ``nmt translate``'s loop
+    (:func:`nmt.inference.translator.decode_sources`)
     with ``settings`` (its ``nbest`` is ignored: one hypothesis each)."""
     one = dataclasses.replace(settings, nbest=1)
     hyps = decode_sources(model, [s.tolist() for s in sources], one, runtime, model.max_positions - 1)

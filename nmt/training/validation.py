@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from nmt.evaluate import tokenized_bleu
-from nmt.run_log import RunLog
-from nmt.runtime import broadcast_floats
-from nmt.training.checkpoints import diverged
+from nmt.machine.runtime import broadcast_floats
+from nmt.metrics import tokenized_bleu
+from nmt.training.dev import decode_ids, dev_loss
+from nmt.training.resume import diverged
+from nmt.training.run_log import RunLog
 from nmt.training.state import RunState
-from nmt.validation import decode_ids, dev_loss
 
 
 def dev_scores(run: RunState) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.config import ModelConfig
-from nmt.decoder_state import CACHE_GROW, DecoderState
-from nmt.kernels.incremental import decoder_layer_step
-from nmt.model_spec import ModelSpec
+from nmt.model.decoder_state import CACHE_GROW, DecoderState
+from nmt.model.incremental import decoder_layer_step
+from nmt.model.spec import ModelSpec
 from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.modules.feedforward import FeedForward
@@ -250,10 +250,10 @@ def build_model(cfg: ModelConfig, spec: ModelSpec) -> Transformer:
         cfg: the model section of the config.
         spec: the vocabulary size, QKNorm's L (used only by scorers with ``needs_length``) and, with
             ``cfg.logit_mask``, the target types that may be predicted (None leaves every type allowed until a
-            checkpoint's buffer is loaded), resolved once by :meth:`~nmt.model_spec.ModelSpec.resolve` or read from
-            a checkpoint by :meth:`~nmt.model_spec.ModelSpec.from_payload`.
+            checkpoint's buffer is loaded), resolved once by :meth:`~nmt.model.spec.ModelSpec.resolve` or read from
+            a checkpoint by :meth:`~nmt.model.spec.ModelSpec.from_payload`.
 
-    The trainer and :func:`nmt.checkpoint.restore_model` then apply :func:`nmt.kernels.accelerate`.
+    The trainer and :func:`nmt.checkpoint.files.restore_model` then apply :func:`nmt.kernels.accelerate`.
 
     Raises:
         NmtError: QKNorm is selected but ``spec`` has no length.

@@ -1,5 +1,5 @@
-"""One batch of decoding as a value: what :func:`nmt.translate.decode_sources` hands to a worker, in this process or
-in a decoding process (:mod:`nmt.decode_processes`), and the one function that runs it.
+"""One batch of decoding as a value: what :func:`nmt.inference.translator.decode_sources` hands to a worker, in this
+process or in a decoding process (:mod:`nmt.inference.processes`), and the one function that runs it.
 
 A job carries plain data only (piece ids, the sampling keys, the settings), so it pickles between processes; its
 result, one n-best list of :class:`~nmt.search.Hypothesis` per row, does too.
@@ -14,9 +14,9 @@ import torch
 
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
-from nmt.ensemble import Ensemble
-from nmt.quantize import INT8, quantize_for_decoding
-from nmt.runtime import Runtime
+from nmt.inference.ensemble import Ensemble
+from nmt.inference.int8 import INT8, quantize_for_decoding
+from nmt.machine.runtime import Runtime
 from nmt.search import Hypothesis, Sampling, Seq2Seq, decode
 
 
@@ -49,7 +49,7 @@ def run_job(model: Seq2Seq[Any], runtime: Runtime, job: DecodeJob) -> list[list[
 
 def for_precision(model: Seq2Seq[Any], precision: str) -> Seq2Seq[Any]:
     """``model`` ready to decode in ``precision`` (resolved: fp32, bf16, fp16 or int8): for int8 an int8 copy of
-    its Linear layers (:mod:`nmt.quantize`; every member of an ensemble), else ``model`` itself (autocast does the
+    its Linear layers (:mod:`nmt.inference.int8`; every member of an ensemble), else ``model`` itself (autocast does the
     rest)."""
     if precision != INT8:
         return model

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt.data.batching import ParallelData, collate, make_batches
-from nmt.runtime import Runtime
+from nmt.machine.runtime import Runtime
 from nmt.vocab import PAD
 
 
@@ -36,7 +36,8 @@ class PairScore:
 
 def token_log_probs(logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     """(B, T) log-probabilities of ``target`` under ``logits`` (B, T, V), in at least float32; 0 at PAD and, with
-    a target-vocabulary mask ``keep``, at targets the model cannot predict (as :func:`nmt.loss.label_smoothed_nll`)."""
+    a target-vocabulary mask ``keep``, at targets the model cannot predict (as
+    :func:`nmt.training.loss.label_smoothed_nll`)."""
     log_probs = F.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
     picked = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     counted = target != PAD
@@ -50,7 +51,7 @@ def score_ids(model: torch.nn.Module, sources: Sequence[Sequence[int]], targets:
     """Force-decode piece-id pairs (no BOS/EOS) in length-sorted token-budget batches; results in input order.
 
     Args:
-        model: a :class:`~nmt.model.Transformer` (put in eval mode here: no dropout).
+        model: a :class:`~nmt.model.transformer.Transformer` (put in eval mode here: no dropout).
         sources, targets: aligned piece-id sequences.
         runtime: device and autocast.
         max_tokens: padded tokens per batch (the trainer's rule: rows × the longer side, EOS/BOS included).

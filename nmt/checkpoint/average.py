@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from nmt.checkpoint import load_checkpoint, model_payload, tensor_to_bytes
+from nmt.checkpoint.files import load_checkpoint, model_payload, tensor_to_bytes
 from nmt.errors import NmtError
-from nmt.model_spec import ModelSpec
+from nmt.model.spec import ModelSpec
 
 NON_ARCHITECTURE = ("dropout", "attn_dropout", "act_dropout", "word_dropout")
 NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")

@@ -4,14 +4,14 @@ each (CTranslate2's ``inter_threads``, which keeps one model replica per worker 
 Threads in one process would share the GIL: a beam-search step is hundreds of small torch operations with Python
 between them, and two threads decoded only 1.4-1.55x as fast as one (``docs/performance.md``). A process per worker
 runs its own Python. Each holds its own copy of the model, rebuilt from the checkpoints' entries the parent loaded
-(:func:`nmt.checkpoint.restorable`: the very weights the parent decodes with, even if the file changed since), in
+(:func:`nmt.checkpoint.files.restorable`: the very weights the parent decodes with, even if the file changed since), in
 the precision the parent resolved, so every batch is decoded exactly as one thread of the parent would.
 
-Protocol: a process is ``python -m nmt.decode_processes``, started with :mod:`subprocess` rather than
+Protocol: a process is ``python -m nmt.inference.processes``, started with :mod:`subprocess` rather than
 :mod:`multiprocessing`, whose ``spawn`` re-runs the parent's main script (a script without a main guard would run
 again in every worker). Over its stdin and stdout go length-prefixed frames: first the model (checkpoint bytes,
 loaded with ``weights_only=True``) and its precision, answered by ``ready``; then one pickled
-:class:`~nmt.decode_job.DecodeJob` per request, answered by its hypotheses or an error. Its stdout carries frames
+:class:`~nmt.inference.jobs.DecodeJob` per request, answered by its hypotheses or an error. Its stdout carries frames
 only (its prints go to stderr). It ignores SIGINT (Ctrl-C reaches the whole process group; the parent decides) and
 exits when its stdin closes, so a parent that dies, however it dies, leaves no worker behind.
 """
@@ -34,13 +34,13 @@ from typing import IO, Any, cast
 
 import torch
 
-from nmt import fp32_gemm
-from nmt.checkpoint import checkpoint_bytes, restore_model
-from nmt.decode_job import DecodeJob, for_precision, run_job
-from nmt.decode_workers import intra_op_threads
-from nmt.ensemble import Ensemble
+from nmt.checkpoint.files import checkpoint_bytes, restore_model
 from nmt.errors import NmtError
-from nmt.runtime import Runtime, bound_onednn_cache
+from nmt.inference.ensemble import Ensemble
+from nmt.inference.jobs import DecodeJob, for_precision, run_job
+from nmt.inference.threads import intra_op_threads
+from nmt.machine import fp32_gemm
+from nmt.machine.runtime import Runtime, bound_onednn_cache
 from nmt.search import Hypothesis, Seq2Seq
 
 HEADER = struct.Struct(">Q")  # a frame: its length in bytes, then the bytes
@@ -89,7 +89,7 @@ class _Worker:
     def __init__(self, index: int, env: dict[str, str]) -> None:
         self.index = index
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "nmt.decode_processes"], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-m", "nmt.inference.processes"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=env)
         except OSError as exc:  # e.g. no process slots left
             raise NmtError(f"cannot start decoding worker {index}: {exc.strerror or exc}") from None
@@ -159,7 +159,7 @@ class DecodeProcesses:
     pool is garbage-collected or the interpreter exits.
 
     Args:
-        members: :func:`nmt.checkpoint.restorable` entries of each checkpoint (several: an ensemble).
+        members: :func:`nmt.checkpoint.files.restorable` entries of each checkpoint (several: an ensemble).
         precision: the resolved decoding precision (fp32, bf16, fp16 or int8).
         size: how many processes.
 
@@ -272,7 +272,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
 
 
 def main() -> int:
-    """Entry point of ``python -m nmt.decode_processes``: frames on the original stdin and stdout only."""
+    """Entry point of ``python -m nmt.inference.processes``: frames on the original stdin and stdout only."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inp, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDONLY)

@@ -1,7 +1,7 @@
 """Incremental decoding: one new position per step over per-sentence stores that beam search never reorders.
 
 Each decoder layer keeps a self-attention store with one slot per beam in its sentence's block, and the
-cross-attention keys/values once per sentence (:mod:`nmt.decoder_state` holds them, :class:`Placement` says where
+cross-attention keys/values once per sentence (:mod:`nmt.model.decoder_state` holds them, :class:`Placement` says where
 the live rows sit). These functions take the plain modules (:mod:`nmt.modules`) or their accelerated subclasses,
 through their projections and scoring, so a step computes what the full-sequence pass computes at that position
 (tests/test_model.py).
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.kernels.placement import Placement
+from nmt.model.placement import Placement
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.layers import DecoderLayer
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
-from nmt.checkpoint import tensor_to_bytes
+from nmt.checkpoint.files import tensor_to_bytes
 from nmt.errors import NmtError
 
 

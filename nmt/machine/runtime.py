@@ -2,7 +2,8 @@
 
 ``train.device=auto`` picks CUDA when present; ``train.precision=auto`` (and ``decode.precision=auto``) picks bf16
 on GPUs that support it (else fp16), and on a CPU bf16 only where it runs bf16 matmuls natively
-(:func:`nmt.hardware.bf16_support`), fp32 otherwise. The choice and why are kept in :attr:`Runtime.precision_reason`
+(:func:`nmt.machine.hardware.bf16_support`), fp32 otherwise. The choice and why are kept in
+:attr:`Runtime.precision_reason`
 for the first log line; an explicit ``bf16`` on a CPU without native bf16 runs, with one warning. Under
 ``torchrun`` (``WORLD_SIZE > 1``) a process group is created: nccl on GPU, gloo on CPU.
 """
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from nmt import hardware
 from nmt.errors import NmtError
-from nmt.hardware import ONEDNN_CACHE
+from nmt.machine import hardware
+from nmt.machine.hardware import ONEDNN_CACHE
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

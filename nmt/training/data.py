@@ -16,15 +16,15 @@ from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.settings import check_prepared
 from nmt.data.subword_sampling import SubwordSampler, read_training_text
 from nmt.errors import NmtError
-from nmt.model_spec import ModelSpec
-from nmt.validation import DevSet
+from nmt.model.spec import ModelSpec
+from nmt.training.dev import DevSet
 from nmt.vocab import EOS, UNK
 
 
 @dataclass(frozen=True)
 class TrainingData:
     """A run's data: the training pairs within ``data.max_len`` (``dropped_long`` were longer), the dev set, the
-    SentencePiece model and the :class:`~nmt.model_spec.ModelSpec` resolved from them (its logit mask: the types
+    SentencePiece model and the :class:`~nmt.model.spec.ModelSpec` resolved from them (its logit mask: the types
     of the training target side, plus UNK and EOS). With ``data.bpe_dropout`` the ``sampler`` segments each
     epoch's training pairs afresh (:meth:`epoch_data`); ``train`` holds their deterministic pieces."""
 

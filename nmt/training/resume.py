@@ -8,13 +8,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nmt import rng
 from nmt.atomic import atomic_write_bytes
-from nmt.average import numbered_checkpoints
-from nmt.checkpoint import load_checkpoint, model_payload, save_checkpoint, tensor_to_bytes
+from nmt.checkpoint.average import numbered_checkpoints
+from nmt.checkpoint.files import load_checkpoint, model_payload, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, config_to_dict
 from nmt.errors import NmtError
-from nmt.model_spec import spm_digest
+from nmt.model.spec import spm_digest
+from nmt.training import rng
 from nmt.training.ema import check_equal_across_ranks
 from nmt.training.state import Progress, RunState
 
@@ -35,8 +35,9 @@ def rank_rng_states(run: RunState) -> list[dict[str, Any]] | None:
 
 
 def payload(run: RunState, rng_ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A training checkpoint: the model's entries (:func:`nmt.checkpoint.model_payload`) and the run's state; under
-    DDP ``rng_ranks`` holds every rank's generators, so a restarted group draws what an uninterrupted one would."""
+    """A training checkpoint: the model's entries (:func:`nmt.checkpoint.files.model_payload`) and the run's state;
+    under DDP ``rng_ranks`` holds every rank's generators, so a restarted group draws what an uninterrupted one
+    would."""
     extra: dict[str, Any] = {} if rng_ranks is None else {"rng_ranks": rng_ranks}
     if run.ema is not None:
         extra["ema"] = run.ema.state_dict()
@@ -141,9 +142,9 @@ def check_vocabulary(run: RunState, ckpt: dict[str, Any], path: Path) -> None:
 
 
 def warm_start(run: RunState, path: Path) -> str:
-    """Load a parent's weights into this new run (:mod:`nmt.warm_start`); returns the log line saying so."""
+    """Load a parent's weights into this new run (:mod:`nmt.training.warm_start`); returns the log line saying so."""
     from nmt.config import init_reset_names
-    from nmt.warm_start import initial_state
+    from nmt.training.warm_start import initial_state
 
     if not path.is_file():
         raise NmtError(f"--init-from {path}: file not found" if not path.exists() else

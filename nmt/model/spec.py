@@ -3,7 +3,7 @@ logit mask and the SentencePiece model's digest.
 
 Resolved once, when the data is loaded (:meth:`ModelSpec.resolve`, from the prepared data and the config), saved
 once in every checkpoint (:meth:`ModelSpec.payload`; the logit mask travels as the model's buffer), read back by
-:meth:`ModelSpec.from_payload`, and read by :func:`nmt.model.build_model`, which resolves nothing itself.
+:meth:`ModelSpec.from_payload`, and read by :func:`nmt.model.transformer.build_model`, which resolves nothing itself.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ModelSpec:
         vocab_size: size of the joint vocabulary.
         qknorm_length: QKNorm's L (its initial gain is ``log2(L^2 - L)``); None when unknown.
         spm_sha256: the SentencePiece model's SHA-256 ("" when there is none, e.g. a toy model).
-        logit_mask: the target types that may be predicted, (V,) bool (:func:`nmt.train_data.target_vocabulary`);
+        logit_mask: the target types that may be predicted, (V,) bool (:func:`nmt.training.data.target_vocabulary`);
             None: every type (or what a checkpoint's buffer says once loaded).
         qknorm_length_source: where L came from, for the log and the resolved config.
     """

@@ -13,7 +13,7 @@ sentence), which a packed int8 weight cannot be.
 The quantized engine is chosen per CPU (:func:`int8_engine`): oneDNN where the CPU has int8 dot-product instructions
 (AVX-512 VNNI, AVX-VNNI or AMX-INT8), fbgemm (torch's ``x86`` engine) elsewhere.
 
-``decode.precision: auto`` picks the fastest of fp32, bf16 (only where native, :mod:`nmt.hardware`) and int8 by
+``decode.precision: auto`` picks the fastest of fp32, bf16 (only where native, :mod:`nmt.machine.hardware`) and int8 by
 :func:`decode_speeds`: a short timing (about a second for the bench model) of the model itself decoding a few
 beam-search steps of a probe batch in each arithmetic: encoder, cross-attention keys, every decoder layer, the
 output projection and the beams' reordering, so the float work that quantization does not speed up (norms,
@@ -34,10 +34,11 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from nmt import hardware, kernels
+from nmt import kernels
 from nmt.errors import NmtError
+from nmt.machine import hardware
+from nmt.machine.runtime import Precision, choose_precision
 from nmt.modules.embeddings import MASKED_LOGIT
-from nmt.runtime import Precision, choose_precision
 from nmt.search.common import Seq2Seq
 from nmt.vocab import BOS, EOS, SPECIALS
 
@@ -91,7 +92,7 @@ def _quantize(module: nn.Module, names: set[str]) -> nn.Module:
 
 
 def quantize_for_decoding(model: nn.Module) -> nn.Module:
-    """An int8 copy of ``model`` (a :class:`~nmt.model.Transformer` on CPU, in eval mode) for decoding.
+    """An int8 copy of ``model`` (a :class:`~nmt.model.transformer.Transformer` on CPU, in eval mode) for decoding.
 
     Every Linear layer except those in :data:`SLICED_WEIGHTS` becomes a dynamically quantized one, and the tied
     output projection becomes an :class:`Int8Logits`; norms, QKNorm gains, embeddings and positions stay float32.
@@ -195,7 +196,7 @@ def decode_speeds(model: nn.Module, vocab: int) -> DecodeSpeeds:
 
 def choose_decode_precision(name: str, device: torch.device, setting: str = "decode.precision",
                             model: nn.Module | None = None, vocab: int = 0) -> Precision:
-    """:func:`nmt.runtime.choose_precision` for decoding, which also knows ``int8`` (CPU only).
+    """:func:`nmt.machine.runtime.choose_precision` for decoding, which also knows ``int8`` (CPU only).
 
     ``auto`` on a CPU is the fastest arithmetic for ``model`` (of ``vocab`` pieces) by :func:`decode_speeds`
     (fp32 without a model); on other devices it is as for training.

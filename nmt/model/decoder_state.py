@@ -1,6 +1,6 @@
-"""The incremental-decoding state of :class:`nmt.model.Transformer` and how beam search reorders it.
+"""The incremental-decoding state of :class:`nmt.model.transformer.Transformer` and how beam search reorders it.
 
-Everything is stored per sentence *block* (:mod:`nmt.kernels.placement`): the cross-attention keys/values once per
+Everything is stored per sentence *block* (:mod:`nmt.model.placement`): the cross-attention keys/values once per
 sentence (its beams share them), and a self-attention cache with one slot per beam. Beam search's ``select`` moves
 no cache: a beam's history is a row of back-pointers (``slots``: which slot of its block holds each earlier position)
 and reordering beams gathers only those pointers, as the attention step reads the cache through them. fairseq and
@@ -18,7 +18,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from nmt.kernels.placement import Placement
+from nmt.model.placement import Placement
 
 CACHE_GROW = 16  # self-attention cache capacity added when full (positions)
 COMPACT_BELOW = 0.5  # compact the stores once live sentences hold at most this fraction of their blocks

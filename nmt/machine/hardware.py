@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from nmt import allocator, fp32_gemm
-from nmt.cpu import ISA_FLAGS, cpu_flags, cpu_model
+from nmt.machine import allocator, fp32_gemm
+from nmt.machine.cpu import ISA_FLAGS, cpu_flags, cpu_model
 
 # flags of CPUs with bf16 arithmetic in hardware
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -143,7 +143,7 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-MACHINE_LINE = "machine: "  # how a run's train.log names its machine (nmt.train writes it, reports read it)
+MACHINE_LINE = "machine: "  # how a run's train.log names its machine (nmt.training.loop writes it, reports read it)
 
 
 def describe_machine(info: dict[str, Any]) -> str:

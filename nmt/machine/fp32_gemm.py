@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.atomic import atomic_write_text
-from nmt.cpu import ISA_FLAGS, cpu_flags, cpu_model
+from nmt.machine.cpu import ISA_FLAGS, cpu_flags, cpu_model
 
 ENV = "NMT_FP32_GEMM"
 ROUTES = ("auto", "mkl", "onednn")
@@ -41,7 +41,7 @@ MARGIN = 1.15  # oneDNN is taken for a product only when MKL's time is at least 
 PROBE_ROWS, PROBE_IN, PROBE_OUT = 1024, 256, 1024
 PROBE_REPEATS = 5
 CACHE_VERSION = 2  # 2: the weight gradient with the wider operand as oneDNN's weight (a new probe)
-ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # as nmt.hardware: before oneDNN's first primitive
+ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # as nmt.machine.hardware: before oneDNN's first primitive
 
 
 @dataclass(frozen=True)

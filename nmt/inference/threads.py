@@ -5,7 +5,7 @@ batch (intra-op threads) most of those operations leave all but one core idle. D
 side, each on one core, keeps more of them busy (CTranslate2's ``inter_threads``; fairseq has no counterpart).
 torch's operations release the GIL but the Python between them does not, so two threads decode 1.4-1.55x as fast as
 one, not 2x: on a CPU a translator loaded from checkpoints hands each batch to a decoding process instead
-(:mod:`nmt.decode_processes`), and the threads here only wait for them. Each batch is decoded exactly as alone on
+(:mod:`nmt.inference.processes`), and the threads here only wait for them. Each batch is decoded exactly as alone on
 one thread, so the result does not depend on which worker took it or when; memory grows with the batches in flight.
 """
 
