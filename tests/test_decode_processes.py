@@ -14,10 +14,11 @@ from typing import cast
 import pytest
 import torch
 
-from nmt.checkpoint.files import checkpoint_bytes, load_checkpoint, restorable
+from nmt.checkpoint.files import checkpoint_bytes, load_checkpoint
 from nmt.errors import NmtError
 from nmt.inference.jobs import DecodeJob
 from nmt.inference.processes import HEADER, DecodeProcesses, read_frame, serve, write_frame
+from nmt.inference.restore import restorable
 from nmt.inference.threads import intra_op_threads
 from nmt.inference.translator import Translator
 from nmt.search import Hypothesis, Sampling

@@ -178,7 +178,8 @@ def test_paper_configs_use_the_official_dropout_sites_and_options(pair: str) -> 
 
 
 def test_training_stores_the_data_target_vocabulary_and_decoding_respects_it(tmp_path: Path) -> None:
-    from nmt.checkpoint.files import load_checkpoint, restore_model
+    from nmt.checkpoint.files import load_checkpoint
+    from nmt.inference.restore import restore_model
     from nmt.training.data import load_training_data
     from nmt.training.loop import train
     from tests.synthetic import prepare_synthetic, tiny_config

@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt.checkpoint.files import load_checkpoint, restore_model
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import DecodeConfig
 from nmt.errors import NmtError
 from nmt.inference import int8 as quantize
 from nmt.inference.int8 import DecodeSpeeds, choose_decode_precision, int8_engine, is_quantized, quantize_for_decoding
+from nmt.inference.restore import restore_model
 from nmt.inference.translator import Translator
 from nmt.model.spec import ModelSpec
 from nmt.model.transformer import Transformer

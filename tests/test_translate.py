@@ -15,10 +15,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt import cli
-from nmt.checkpoint.files import load_checkpoint, model_payload, restore_model, save_checkpoint
+from nmt.checkpoint.files import load_checkpoint, model_payload, save_checkpoint
 from nmt.config import config_from_dict, config_to_dict
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
+from nmt.inference.restore import restore_model
 from nmt.inference.translator import Translator, decode_batches
 from nmt.model.spec import ModelSpec, spm_digest
 from nmt.model.transformer import build_model
@@ -48,7 +49,7 @@ def tiny_checkpoint(directory: Path, name: str = "tiny.pt", seed: int = 0, **mod
     net = build_model(config.model, ModelSpec(tokenizer.vocab_size, QKNORM_LENGTH))
     path = directory / name
     spec = ModelSpec(tokenizer.vocab_size, QKNORM_LENGTH, spm_digest(tokenizer.model_bytes()))
-    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(), spec))
+    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(), spec.payload()))
     return path
 
 

@@ -13,9 +13,9 @@ import torch
 import yaml
 
 from nmt import cli
-from nmt.checkpoint.files import load_checkpoint, tensor_to_bytes
+from nmt.checkpoint.files import load_checkpoint, sentencepiece_bytes, tensor_to_bytes
 from nmt.config import config_from_dict
-from nmt.data.prepare import prepare
+from nmt.data.prepare import GivenModel, prepare
 from nmt.errors import NmtError
 from nmt.model.spec import ModelSpec
 from nmt.model.transformer import build_model
@@ -23,6 +23,11 @@ from nmt.modules.attention import qknorm_gain_init
 from nmt.training.loop import train
 from nmt.training.warm_start import initial_state
 from tests.synthetic import prepare_synthetic, tiny_config, write_corpus
+
+
+def given(path: Path) -> GivenModel:
+    """What `nmt prepare --spm-model PATH` hands the data layer."""
+    return GivenModel(sentencepiece_bytes(path), str(path))
 
 
 def losses(log: Path) -> dict[int, float]:
@@ -39,8 +44,8 @@ def parent(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     train(config_from_dict(tree))
     # the child pair: other sentences of the same task, prepared on the parent's pieces
     child_corpus = write_corpus(root / "child-corpus", {"train": 300, "dev": 12, "test": 10})
-    prepare("xx-yy", root / "child-data", from_dir=child_corpus, spm_model=root / "parent" / "checkpoint_last.pt",
-            progress=False)
+    prepare("xx-yy", root / "child-data", from_dir=child_corpus,
+            spm_model=given(root / "parent" / "checkpoint_last.pt"), progress=False)
     config = root / "child.yaml"
     child = tiny_config(root / "child-data", root / "child", max_steps=20, eval_every=20, log_every=10)
     child["model"]["logit_mask"] = True
@@ -53,14 +58,16 @@ def test_prepare_on_the_parents_pieces(parent: dict[str, Any]) -> None:
     pieces = tensor_to_bytes(load_checkpoint(parent["checkpoint"])["spm"])
     assert (parent["root"] / "child-data" / "xx-yy" / "spm.model").read_bytes() == pieces
     again = prepare("xx-yy", parent["root"] / "child-data", from_dir=parent["root"] / "child-corpus",
-                    spm_model=parent["checkpoint"], progress=False)
+                    spm_model=given(parent["checkpoint"]), progress=False)
     assert again["bpe_size"] == again["vocab_size"]  # the given model's size, whatever the pair config says
     with pytest.raises(NmtError, match="--bpe-size 30 but --spm-model .* has"):
         prepare("xx-yy", parent["root"] / "other", from_dir=parent["root"] / "child-corpus",
-                spm_model=parent["checkpoint"], bpe_size=30, progress=False)
+                spm_model=given(parent["checkpoint"]), bpe_size=30, progress=False)
     with pytest.raises(NmtError, match="--spm-model .*none.pt: file not found"):
+        given(parent["root"] / "none.pt")
+    with pytest.raises(NmtError, match="--spm-model .*checkpoint_last.pt is a checkpoint"):  # the data layer
         prepare("xx-yy", parent["root"] / "other", from_dir=parent["root"] / "child-corpus",
-                spm_model=parent["root"] / "none.pt", progress=False)
+                spm_model=parent["checkpoint"], progress=False)
 
 
 def test_a_warm_started_run_starts_near_its_parents_loss(parent: dict[str, Any]) -> None:

@@ -19,10 +19,18 @@ import torch
 
 from nmt.checkpoint.files import load_checkpoint, model_payload, tensor_to_bytes
 from nmt.errors import NmtError
-from nmt.model.spec import ModelSpec
+from nmt.vocab import spm_digest
 
 NON_ARCHITECTURE = ("dropout", "attn_dropout", "act_dropout", "word_dropout")
 NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
+
+
+def spec_entries(payload: dict[str, Any], spm: bytes) -> dict[str, Any]:
+    """The model-spec entries of a checkpoint, as :meth:`nmt.model.spec.ModelSpec.payload` writes them (checkpoints
+    written before ``spm_sha256`` existed get the digest of their SentencePiece bytes)."""
+    length = payload.get("qknorm_length")
+    return {"vocab_size": int(payload["vocab_size"]), "qknorm_length": None if length is None else float(length),
+            "spm_sha256": str(payload.get("spm_sha256") or spm_digest(spm))}
 
 
 def numbered_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
@@ -111,6 +119,6 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             raise NmtError(f"checkpoint {paths[0]} has no '{key}' entry (not a complete nmt checkpoint)")
     spm = tensor_to_bytes(first["spm"])
     result = model_payload(average_state_dicts([payload["model"] for payload in payloads]), first["config"], spm,
-                           ModelSpec.from_payload(first, spm), int(first.get("step", 0)), int(first.get("epoch", 0)))
+                           spec_entries(first, spm), int(first.get("step", 0)), int(first.get("epoch", 0)))
     result["averaged_from"] = [str(path) for path in paths]
     return result

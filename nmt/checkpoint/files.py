@@ -14,14 +14,14 @@ import io
 import pickle
 import re
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from nmt.atomic import TMP_SUFFIX, atomic_write_bytes
 from nmt.errors import NmtError
-from nmt.model.spec import ModelSpec
 
 __all__ = ["TMP_SUFFIX", "atomic_write_bytes", "checkpoint_bytes", "load_checkpoint", "remove_temporaries",
            "save_checkpoint"]
@@ -98,7 +98,7 @@ def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
     return bytes(tensor.cpu().numpy().tobytes())
 
 
-def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: bytes, spec: ModelSpec,
+def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: bytes, spec: Mapping[str, Any],
                   step: int = 0, epoch: int = 0) -> dict[str, Any]:
     """The entries every checkpoint has, enough to translate (:func:`restore_model`); training adds its state.
 
@@ -106,64 +106,25 @@ def model_payload(state: dict[str, torch.Tensor], config: dict[str, Any], spm: b
         state: the model's ``state_dict()``.
         config: the resolved config as a plain dict (:func:`nmt.config.config_to_dict`).
         spm: the SentencePiece model's bytes.
-        spec: what the model was built from (:meth:`nmt.model.spec.ModelSpec.payload`: ``vocab_size``,
-            ``qknorm_length``, ``spm_sha256``).
+        spec: the entries of what the model was built from (:meth:`nmt.model.spec.ModelSpec.payload`:
+            ``vocab_size``, ``qknorm_length``, ``spm_sha256``).
         step: training updates behind the weights.
         epoch: the epoch they were reached in.
     """
-    return {"model": state, "config": config, "spm": bytes_to_tensor(spm), **spec.payload(), "step": step,
+    return {"model": state, "config": config, "spm": bytes_to_tensor(spm), **spec, "step": step,
             "epoch": epoch}
 
 
-def restorable(payload: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The entries of a loaded checkpoint that :func:`restore_model` reads, with ``state`` as the weights (the
-    restored model's own ``state_dict()``, which shares its tensors: no second copy) and no training state."""
-    spm = tensor_to_bytes(payload["spm"])
-    return {"model": state, "config": payload["config"], "spm": payload["spm"],
-            **ModelSpec.from_payload(payload, spm).payload()}
-
-
-if TYPE_CHECKING:  # imported lazily below: the model and tokenizer are not needed to read or write checkpoints
-    from nmt.config import Config
-    from nmt.data.bpe import SentencePieceTokenizer
-    from nmt.model.transformer import Transformer
-
-
-def restore_model(payload: dict[str, Any], device: str | torch.device = "cpu", *,
-                  path: str | Path | None = None) -> tuple[Transformer, Config, SentencePieceTokenizer]:
-    """Rebuild the model, its config and its SentencePiece tokenizer from a checkpoint alone.
-
-    Args:
-        payload: a loaded checkpoint (see :func:`load_checkpoint`).
-        device: where to put the model; it is returned in ``eval()`` mode.
-        path: the checkpoint's file name, for error messages.
-
-    Returns:
-        ``(model, config, tokenizer)``: a :class:`nmt.model.transformer.Transformer`, the :class:`nmt.config.Config` it
-        was trained with, and a :class:`nmt.data.bpe.SentencePieceTokenizer`.
-
-    Raises:
-        NmtError: the config is invalid or the state dict does not match the architecture it describes.
-    """
-    from nmt import kernels
-    from nmt.config import config_from_dict
-    from nmt.data.bpe import SentencePieceTokenizer
-    from nmt.model.transformer import build_model
-
-    name = path if path is not None else "<in memory>"
-    for key in ("spm", "vocab_size"):
-        if key not in payload:
-            raise NmtError(f"checkpoint {name} has no '{key}' entry (not a complete nmt checkpoint)")
-    try:
-        config = config_from_dict(payload["config"])
-    except NmtError as exc:
-        raise NmtError(f"checkpoint {name}: {exc}") from None
-    spm = tensor_to_bytes(payload["spm"])
-    model = build_model(config.model, ModelSpec.from_payload(payload, spm))
-    try:
-        model.load_state_dict(payload["model"])
-    except RuntimeError as exc:
-        detail = " ".join(str(exc).split())
-        raise NmtError(f"checkpoint {name} does not match the architecture in its config ({detail[:300]})") from None
-    kernels.accelerate(model).to(device).eval()
-    return model, config, SentencePieceTokenizer(spm)
+def sentencepiece_bytes(path: str | Path) -> bytes:
+    """The SentencePiece model ``path`` names for ``--spm-model``: a checkpoint's own (its ``spm`` entry) or the bytes
+    of any other file (an ``spm.model``; the data layer checks that it is one)."""
+    source = Path(path)
+    if not source.is_file():
+        raise NmtError(f"--spm-model {source}: file not found" if not source.exists() else
+                       f"--spm-model {source} is not a file")
+    if not zipfile.is_zipfile(source):
+        return source.read_bytes()
+    payload = load_checkpoint(source)
+    if "spm" not in payload:
+        raise NmtError(f"--spm-model {source}: a checkpoint without a SentencePiece model")
+    return tensor_to_bytes(payload["spm"])

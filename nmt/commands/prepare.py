@@ -48,10 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prepare the pair and print the summary."""
-    from nmt.data.prepare import format_summary, prepare
+    from nmt.checkpoint.files import sentencepiece_bytes
+    from nmt.data.prepare import GivenModel, format_summary, prepare
 
+    given = None if args.spm_model is None else GivenModel(sentencepiece_bytes(args.spm_model), args.spm_model)
     meta = prepare(args.pair, args.data_dir, url=args.url, from_dir=args.from_dir, from_archive=args.from_archive,
                    bpe_size=args.bpe_size, max_len=args.max_len, keep_partial=args.keep_partial, force=args.force,
-                   moses=args.moses, progress=args.progress and not args.quiet, spm_model=args.spm_model)
+                   moses=args.moses, progress=args.progress and not args.quiet, spm_model=given)
     print(json.dumps(meta, ensure_ascii=False) if args.json else format_summary(meta, Path(args.data_dir) / args.pair))
     return 0

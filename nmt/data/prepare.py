@@ -138,22 +138,33 @@ def _load(pair: str, data_dir: Path, source: str, inputs: Inputs, data: DataConf
     return corpus
 
 
-def read_spm_model(path: str | Path) -> bytes:
-    """The SentencePiece model of ``path``: an ``spm.model`` file, or a checkpoint (which carries its own)."""
-    from nmt.checkpoint.files import load_checkpoint, tensor_to_bytes
+@dataclass(frozen=True)
+class GivenModel:
+    """A SentencePiece model to cut the text with instead of training one: its bytes and where they came from (a
+    checkpoint's are read by :func:`nmt.checkpoint.files.sentencepiece_bytes`, which ``nmt prepare --spm-model``
+    calls: the data layer never opens checkpoints)."""
 
-    source = Path(path)
-    if not source.is_file():
-        raise NmtError(f"--spm-model {source}: file not found" if not source.exists() else
-                       f"--spm-model {source} is not a file")
-    if zipfile.is_zipfile(source):  # a torch checkpoint
-        payload = load_checkpoint(source)
-        if "spm" not in payload:
-            raise NmtError(f"--spm-model {source}: a checkpoint without a SentencePiece model")
-        data = tensor_to_bytes(payload["spm"])
+    data: bytes
+    source: str
+
+
+def read_spm_model(given: str | Path | GivenModel) -> bytes:
+    """The bytes of a given SentencePiece model: a :class:`GivenModel`, or an ``spm.model`` file."""
+    if isinstance(given, GivenModel):
+        data, source = given.data, given.source
     else:
-        data = source.read_bytes()
-    SentencePieceTokenizer(data)  # a one-line error if it is not a SentencePiece model
+        path = Path(given)
+        if not path.is_file():
+            raise NmtError(f"--spm-model {path}: file not found" if not path.exists() else
+                           f"--spm-model {path} is not a file")
+        if zipfile.is_zipfile(path):
+            raise NmtError(f"--spm-model {path} is a checkpoint: `nmt prepare --spm-model` reads it, or pass "
+                           "GivenModel(nmt.checkpoint.files.sentencepiece_bytes(path), str(path))")
+        data, source = path.read_bytes(), str(path)
+    try:
+        SentencePieceTokenizer(data)
+    except NmtError as exc:
+        raise NmtError(f"--spm-model {source}: {exc}") from None
     return data
 
 
@@ -192,7 +203,7 @@ def _write(pair_dir: Path, corpus: corpora.Corpus, src: str, tgt: str, data: Dat
 def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str | Sequence[str] | None = None,
             from_dir: str | Path | None = None, from_archive: str | Path | None = None, bpe_size: int | None = None,
             max_len: int | None = None, keep_partial: bool | None = None, force: bool = False, moses: bool = False,
-            progress: bool = True, spm_model: str | Path | None = None) -> dict[str, Any]:
+            progress: bool = True, spm_model: str | Path | GivenModel | None = None) -> dict[str, Any]:
     """Prepare ``DATA_DIR/PAIR/`` and return its meta (the content of ``meta.json``).
 
     Args:
@@ -208,7 +219,8 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
         force: redo everything even if ``meta.json`` matches.
         moses: Moses-tokenize the text first (for raw, untokenized corpora).
         progress: progress bars and step messages on stderr.
-        spm_model: cut the text into this SentencePiece model's pieces (an ``spm.model`` or a checkpoint's, e.g. a
+        spm_model: cut the text into this SentencePiece model's pieces (an ``spm.model``, or a checkpoint's as a
+            :class:`GivenModel`, e.g. a
             parent model's for fine-tuning) instead of training one; ``bpe_size`` is then that model's size.
 
     Raises:
@@ -228,7 +240,8 @@ def prepare(pair: str, data_dir: str | Path = DataConfig.data_dir, *, url: str |
     if pieces is not None:
         size = SentencePieceTokenizer(pieces).vocab_size
         if bpe_size is not None and bpe_size != size:
-            raise NmtError(f"--bpe-size {bpe_size} but --spm-model {spm_model} has {size} pieces")
+            name = spm_model.source if isinstance(spm_model, GivenModel) else spm_model
+            raise NmtError(f"--bpe-size {bpe_size} but --spm-model {name} has {size} pieces")
         data = replace(data, bpe_size=size)
     options = _options(src, tgt, source, inputs, data, moses)
     if pieces is not None:

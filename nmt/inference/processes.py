@@ -4,7 +4,7 @@ each (CTranslate2's ``inter_threads``, which keeps one model replica per worker 
 Threads in one process would share the GIL: a beam-search step is hundreds of small torch operations with Python
 between them, and two threads decoded only 1.4-1.55x as fast as one (``docs/performance.md``). A process per worker
 runs its own Python. Each holds its own copy of the model, rebuilt from the checkpoints' entries the parent loaded
-(:func:`nmt.checkpoint.files.restorable`: the very weights the parent decodes with, even if the file changed since), in
+(:func:`nmt.inference.restore.restorable`: the very weights the parent decodes with, even if the file changed since), in
 the precision the parent resolved, so every batch is decoded exactly as one thread of the parent would.
 
 Protocol: a process is ``python -m nmt.inference.processes``, started with :mod:`subprocess` rather than
@@ -34,10 +34,11 @@ from typing import IO, Any, cast
 
 import torch
 
-from nmt.checkpoint.files import checkpoint_bytes, restore_model
+from nmt.checkpoint.files import checkpoint_bytes
 from nmt.errors import NmtError
 from nmt.inference.ensemble import Ensemble
 from nmt.inference.jobs import DecodeJob, for_precision, run_job
+from nmt.inference.restore import restore_model
 from nmt.inference.threads import intra_op_threads
 from nmt.machine import fp32_gemm
 from nmt.machine.runtime import Runtime, bound_onednn_cache
@@ -159,7 +160,7 @@ class DecodeProcesses:
     pool is garbage-collected or the interpreter exits.
 
     Args:
-        members: :func:`nmt.checkpoint.files.restorable` entries of each checkpoint (several: an ensemble).
+        members: :func:`nmt.inference.restore.restorable` entries of each checkpoint (several: an ensemble).
         precision: the resolved decoding precision (fp32, bf16, fp16 or int8).
         size: how many processes.
 

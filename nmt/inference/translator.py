@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from nmt.checkpoint.files import load_checkpoint, restorable, restore_model
+from nmt.checkpoint.files import load_checkpoint
 from nmt.config import Config, DecodeConfig
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
@@ -37,6 +37,7 @@ from nmt.inference.ensemble import Ensemble, check_same_pieces
 from nmt.inference.int8 import choose_decode_precision
 from nmt.inference.jobs import DecodeJob, for_precision, run_job
 from nmt.inference.processes import DecodeProcesses, ProcessSlot
+from nmt.inference.restore import restorable, restore_model
 from nmt.inference.scoring import PairScore, score_ids
 from nmt.inference.threads import check_workers, map_ordered
 from nmt.machine.runtime import Runtime, bound_onednn_cache, resolve_device
@@ -110,7 +111,7 @@ class Translator:
         device: where ``model`` lives.
         precision: arithmetic of decoding: ``fp32``, ``bf16`` or ``fp16`` autocast, or ``auto``; None takes
             ``config.decode.precision``.
-        entries: the :func:`nmt.checkpoint.files.restorable` entries of the checkpoint(s) ``model`` was restored from
+        entries: the :func:`nmt.inference.restore.restorable` entries of the checkpoint(s) ``model`` was restored from
             (:meth:`from_checkpoint` passes them): with them, ``workers`` > 1 on a CPU decodes in processes
             (:mod:`nmt.inference.processes`), which :meth:`close` stops; without, in threads.
     """

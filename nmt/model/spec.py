@@ -8,7 +8,6 @@ once in every checkpoint (:meth:`ModelSpec.payload`; the logit mask travels as t
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +15,7 @@ from torch import Tensor
 
 from nmt.config import ModelConfig
 from nmt.errors import NmtError
-
-
-def spm_digest(spm: bytes) -> str:
-    """The SHA-256 of a SentencePiece model's bytes (hex)."""
-    return hashlib.sha256(spm).hexdigest()
+from nmt.vocab import spm_digest
 
 
 def check_length(length: float, key: str = "model.qknorm_length") -> float:

@@ -253,7 +253,7 @@ def build_model(cfg: ModelConfig, spec: ModelSpec) -> Transformer:
             checkpoint's buffer is loaded), resolved once by :meth:`~nmt.model.spec.ModelSpec.resolve` or read from
             a checkpoint by :meth:`~nmt.model.spec.ModelSpec.from_payload`.
 
-    The trainer and :func:`nmt.checkpoint.files.restore_model` then apply :func:`nmt.kernels.accelerate`.
+    The trainer and :func:`nmt.inference.restore.restore_model` then apply :func:`nmt.kernels.accelerate`.
 
     Raises:
         NmtError: QKNorm is selected but ``spec`` has no length.

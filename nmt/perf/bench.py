@@ -216,7 +216,8 @@ def _test_sources(cfg: Config, n: int) -> list[list[int]]:
 def _decoder(trainer: Trainer,
              settings: BenchSettings) -> tuple[Callable[[list[list[int]], int], list[list[int]]], Runtime]:
     """The decoding function under test, and the runtime (device, resolved precision) it decodes with."""
-    from nmt.checkpoint.files import load_checkpoint, restore_model
+    from nmt.checkpoint.files import load_checkpoint
+    from nmt.inference.restore import restore_model
     from nmt.inference.translator import Translator
 
     device = trainer.rt.device

@@ -13,10 +13,10 @@ from nmt.checkpoint.average import numbered_checkpoints
 from nmt.checkpoint.files import load_checkpoint, model_payload, save_checkpoint, tensor_to_bytes
 from nmt.config import RESOLVED_KEY, config_to_dict
 from nmt.errors import NmtError
-from nmt.model.spec import spm_digest
 from nmt.training import rng
 from nmt.training.ema import check_equal_across_ranks
 from nmt.training.state import Progress, RunState
+from nmt.vocab import spm_digest
 
 TRAINING_ENTRIES = ("optimizer", "scheduler", "scaler", "rng", "progress")
 AVERAGED_NAMES = ("checkpoint_best.pt", "checkpoint_ema.pt")  # with train.ema_decay: the weight average's files
@@ -42,7 +42,7 @@ def payload(run: RunState, rng_ranks: list[dict[str, Any]] | None = None) -> dic
     if run.ema is not None:
         extra["ema"] = run.ema.state_dict()
     return {**extra,
-        **model_payload(run.model.state_dict(), config_to_dict(run.cfg), run.data.spm_bytes, run.data.spec,
+        **model_payload(run.model.state_dict(), config_to_dict(run.cfg), run.data.spm_bytes, run.data.spec.payload(),
                         run.progress.step, run.progress.epoch),
         "optimizer": run.optimizer.state_dict(),
         "scheduler": run.lr.state_dict(),
@@ -57,7 +57,7 @@ def average_payload(run: RunState) -> dict[str, Any]:
     and the run's progress, no optimizer state (it translates and is tested; it does not resume)."""
     assert run.ema is not None
     return {**model_payload(run.ema.model_state(run.model), config_to_dict(run.cfg), run.data.spm_bytes,
-                            run.data.spec, run.progress.step, run.progress.epoch),
+                            run.data.spec.payload(), run.progress.step, run.progress.epoch),
             "progress": asdict(run.progress), "ema_decay": run.ema.decay}
 
 
