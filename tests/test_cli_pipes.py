@@ -20,8 +20,9 @@ from nmt.atomic import atomic_write_bytes, current_umask
 from nmt.checkpoint.files import load_checkpoint, save_checkpoint
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.inference.translator import Translator, decode_batches
+from nmt.inference.translator import Translator
 from nmt.machine.runtime import resolve_device
+from nmt.search.batches import decode_batches
 from nmt.training.run_log import RunLog
 from tests.synthetic import write_corpus
 from tests.test_translate import FakeStdin, synthetic_sentences, tiny_checkpoint

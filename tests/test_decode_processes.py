@@ -16,12 +16,12 @@ import torch
 
 from nmt.checkpoint.files import checkpoint_bytes, load_checkpoint
 from nmt.errors import NmtError
-from nmt.inference.jobs import DecodeJob
 from nmt.inference.processes import HEADER, DecodeProcesses, read_frame, serve, write_frame
 from nmt.inference.restore import restorable
 from nmt.inference.threads import intra_op_threads
 from nmt.inference.translator import Translator
 from nmt.search import Hypothesis, Sampling
+from nmt.search.batches import DecodeJob
 from tests.test_elastic import _children
 from tests.test_translate import FakeStdin, run_cli, synthetic_sentences, tiny_checkpoint
 

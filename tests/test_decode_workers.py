@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-import nmt.inference.jobs
+import nmt.search.batches
 from nmt.errors import NmtError
 from nmt.inference.threads import intra_op_threads, map_ordered
 from nmt.inference.translator import Translator
@@ -30,14 +30,14 @@ def test_workers_give_the_same_hypotheses_in_input_order(translator: Translator,
     with intra_op_threads(1):  # the arithmetic of one worker: one intra-op thread
         alone = translator.translate_ids(sources, beam=3, nbest=2, batch_size=2)
     seen: list[tuple[str, int]] = []
-    decode = nmt.inference.jobs.decode
+    decode = nmt.search.batches.decode
 
     def recording(*args: object, **kwargs: object) -> object:
         seen.append((threading.current_thread().name, torch.get_num_threads()))
         time.sleep(0.01)  # let the other workers take batches
         return decode(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(nmt.inference.jobs, "decode", recording)
+    monkeypatch.setattr(nmt.search.batches, "decode", recording)
     with intra_op_threads(2):  # the tests run on one thread: give the process two, which the workers set aside
         parallel = translator.translate_ids(sources, beam=3, nbest=2, batch_size=2, workers=3)
         assert torch.get_num_threads() == 2  # restored

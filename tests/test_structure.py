@@ -1,27 +1,54 @@
-"""The package's layering, read from the source (AST), not from what happens to be imported at run time:
+"""The package's layering, read from the source (AST), not from what happens to be imported at run time.
 
-- the core of ``nmt`` never imports the reproduction study (``nmt.experiments``), the measurement package
-  (``nmt.perf``) or the GPU check (``nmt.gpucheck``); only those, and the command-line layer (``nmt.commands``), do;
-- ``nmt.modules`` is plain maths: no ``torch.autograd.Function``, and none of the speed wing (``nmt.kernels``), the
-  hardware probe, the allocator, the runtime or the measurement package;
-- no class over 200 lines;
+``LAYERS`` is the table of which package may import which (every ``nmt`` package, with the root modules as one
+group); a package not in a row's set is an arrow the design forbids. In words:
+
+- ``modules/`` is plain maths; the plain model (``model/``) builds on it and never imports the speed wing
+  (``kernels/``), which works on the model from above;
+- ``checkpoint/`` (the file format and averaging) imports neither the model nor the data: checkpoints are plain
+  tensors and dicts;
+- ``data/`` never imports checkpoints, inference or training;
+- ``training/`` reaches decoding only through ``search/``, never through ``inference/``;
+- the study (``experiments/``), the measurements (``perf/``) and the GPU check (``gpucheck/``) sit above the core,
+  beside the command line (``commands/``): nothing in the core imports them;
 - no import cycle among ``nmt``'s modules (imports inside functions included: a cycle hidden in a function body is
-  still a cycle in the design).
+  still a cycle in the design); no module at the root beyond ``ROOT_MODULES``; no class over 200 lines;
+- module paths written as strings (``Registry("nmt.training.optim", ...)``, ``-m nmt.inference.processes``) resolve.
+
+Each rule is also checked to fail on a planted violation.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nmt"
-EXPERIMENTS = "nmt.experiments"
-# the study, the measurements and the GPU check sit above the core, beside the command line
-OUTSIDE_CORE = ("nmt.experiments", "nmt.perf", "nmt.gpucheck", "nmt.commands")
-MODULES = "nmt.modules"
-NOT_IN_MODULES = ("nmt.kernels", "nmt.machine", "nmt.perf", "nmt.gpucheck")
+ROOT = "root"  # the modules directly in nmt/: what every layer uses
+ROOT_MODULES = {"__init__", "__main__", "atomic", "cli", "config", "errors", "metrics", "presets", "stdio", "vocab"}
+CORE = {"modules", "model", "kernels", "machine", "checkpoint", "data", "search", "inference", "training"}
+ABOVE = {"commands", "experiments", "perf", "gpucheck"}
+# package -> the packages it may import (its own and the root's always allowed, except as noted for the root)
+LAYERS: dict[str, set[str]] = {
+    ROOT: {"data", "machine", "commands"},  # metrics and stdio read text through data/; cli starts the commands
+    "modules": set(),
+    "model": {"modules"},
+    "kernels": {"model", "modules", "machine"},
+    "machine": set(),
+    "checkpoint": set(),
+    "data": {"machine"},
+    "search": {"model", "machine", "data"},
+    "inference": {"model", "kernels", "modules", "machine", "checkpoint", "data", "search"},
+    "training": {"model", "kernels", "modules", "machine", "checkpoint", "data", "search"},
+    "perf": CORE,
+    "experiments": CORE | {"perf"},
+    "gpucheck": CORE | {"perf", "experiments"},
+    "commands": CORE | {"perf", "experiments", "gpucheck"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -49,29 +76,79 @@ def import_graph() -> dict[str, set[str]]:
             for name, path in paths.items()}
 
 
-def _within(name: str, packages: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(f"{p}.") for p in packages)
+def package_of(module: str) -> str:
+    """``nmt.training.loop`` -> ``training``; ``nmt.config`` and ``nmt`` -> the root group."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (PACKAGE / parts[1]).is_dir():
+        return parts[1]
+    return ROOT
 
 
-def test_core_never_imports_the_study_the_measurements_or_the_gpu_check() -> None:
-    outside = ("nmt.experiments", "nmt.perf", "nmt.gpucheck")
-    offenders = sorted(f"{name} imports {target}" for name, targets in import_graph().items()
-                       if not _within(name, OUTSIDE_CORE)
-                       for target in targets if _within(target, outside))
-    assert offenders == []
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that crosses packages against :data:`LAYERS` (a package missing from the table is one too)."""
+    found = []
+    for name, targets in graph.items():
+        source = package_of(name)
+        if source not in LAYERS:
+            found.append(f"{name}: package {source} has no row in LAYERS")
+            continue
+        for target in targets:
+            dest = package_of(target)
+            if dest != source and dest != ROOT and dest not in LAYERS[source]:
+                found.append(f"{name} imports {target} ({source} -> {dest})")
+    return sorted(found)
 
 
-def test_the_measurements_never_import_the_study_except_the_gpu_check() -> None:
-    offenders = sorted(f"{name} imports {target}" for name, targets in import_graph().items()
-                       if _within(name, ("nmt.perf",)) for target in targets if _within(target, (EXPERIMENTS,)))
-    assert offenders == []
+def test_every_package_has_a_row_and_imports_follow_the_table() -> None:
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert packages | {ROOT} == set(LAYERS)
+    assert layer_violations(import_graph()) == []
+
+
+PLANTED = [  # (importer, imported): one arrow each rule forbids
+    ("nmt.model.transformer", "nmt.kernels.linear"),  # the plain model never imports the speed wing
+    ("nmt.modules.attention", "nmt.kernels.linear"),
+    ("nmt.checkpoint.files", "nmt.model.transformer"),  # checkpoint files: neither model ...
+    ("nmt.checkpoint.average", "nmt.data.bpe"),  # ... nor data
+    ("nmt.data.prepare", "nmt.checkpoint.files"),  # data: never checkpoints ...
+    ("nmt.data.corpora", "nmt.inference.translator"),  # ... nor inference
+    ("nmt.training.dev", "nmt.inference.translator"),  # training decodes through search/ only
+    ("nmt.inference.translator", "nmt.experiments.pipeline"),  # the core never imports what sits above it
+    ("nmt.training.loop", "nmt.perf.bench"),
+    ("nmt.search.official", "nmt.gpucheck.runner"),
+]
+
+
+@pytest.mark.parametrize(("source", "target"), PLANTED)
+def test_a_planted_violation_of_each_rule_is_found(source: str, target: str) -> None:
+    graph = {name: set(targets) for name, targets in import_graph().items()}
+    assert source in graph and target in graph, "the planted modules must exist"
+    graph[source].add(target)
+    assert any(v.startswith(f"{source} imports {target}") for v in layer_violations(graph))
+
+
+def test_an_unknown_package_is_a_violation() -> None:
+    graph = {name: set(targets) for name, targets in import_graph().items()}
+    graph["nmt.commands.x"] = set()
+    original = dict(LAYERS)
+    try:
+        del LAYERS["commands"]
+        assert any("has no row" in v for v in layer_violations(graph))
+    finally:
+        LAYERS.clear()
+        LAYERS.update(original)
+
+
+def root_extras(names: set[str]) -> set[str]:
+    return names - ROOT_MODULES
+
+
+def test_the_root_holds_only_the_named_modules() -> None:
+    assert root_extras({p.stem for p in PACKAGE.glob("*.py")}) == set()
+    assert root_extras({p.stem for p in PACKAGE.glob("*.py")} | {"translate"}) == {"translate"}  # planted
 
 
 def test_modules_are_plain_maths() -> None:
-    graph = import_graph()
-    offenders = sorted(f"{name} imports {target}" for name, targets in graph.items() if _within(name, (MODULES,))
-                       for target in targets if _within(target, NOT_IN_MODULES))
-    assert offenders == []
     functions = []
     for path in (PACKAGE / "modules").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -81,8 +158,63 @@ def test_modules_are_plain_maths() -> None:
     assert functions == []
 
 
-def test_no_measurement_module_at_the_top_level() -> None:
-    assert not (PACKAGE / "bench.py").exists() and not (PACKAGE / "roof.py").exists()
+MODULE_STRING = re.compile(r"^(?:-m )?(nmt(?:\.\w+)+)$")
+SEARCHED = [PACKAGE, PACKAGE.parent / "tests", PACKAGE.parent / "scripts", PACKAGE.parent / "fidelity"]
+
+
+def module_strings(paths: list[Path]) -> dict[str, list[str]]:
+    """String constants naming an ``nmt`` module (``"nmt.x.y"``, ``"-m nmt.x"``, argv lists ``["-m", "nmt.x"]``) and
+    ``Registry("nmt.x", "NAME")`` pairs, each with where it was found."""
+    found: dict[str, list[str]] = {}
+    for root in paths:
+        files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file() and (
+            p.suffix == ".py" or (p.parent.name == "scripts" and not p.suffix))]
+        for path in files:
+            if path.resolve() == Path(__file__).resolve():  # this file plants names on purpose
+                continue
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Registry") and len(node.args) == 2:
+                    module, name = (a.value if isinstance(a, ast.Constant) else None for a in node.args)
+                    if isinstance(module, str) and isinstance(name, str):
+                        found.setdefault(f"{module}:{name}", []).append(f"{path.name}:{node.lineno}")
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    if (m := MODULE_STRING.match(node.value)) and m.group(1) != "nmt.nonexistent":
+                        found.setdefault(m.group(1), []).append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def unresolved(names: dict[str, list[str]]) -> list[str]:
+    bad = []
+    for name, where in names.items():
+        module, _, attribute = name.partition(":")
+        try:
+            spec = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            # not a module: an attribute path such as "nmt.kernels.linear.drop_packs" must name a module's attribute
+            parent, _, last = module.rpartition(".")
+            try:
+                ok = importlib.util.find_spec(parent) is not None and hasattr(importlib.import_module(parent), last)
+            except ModuleNotFoundError:
+                ok = False
+            if not ok:
+                bad.append(f"{name} ({', '.join(where)})")
+        elif attribute and not hasattr(importlib.import_module(module), attribute):
+            bad.append(f"{name} ({', '.join(where)})")
+    return bad
+
+
+def test_module_paths_written_as_strings_resolve() -> None:
+    found = module_strings(SEARCHED)
+    assert "nmt.inference.processes" in found and "nmt.training.optim:SCHEDULES" in found
+    assert unresolved(found) == []
+    assert unresolved({"nmt.decode_processes": ["planted"], "nmt.training.optim:NOPE": ["planted"]}) == [
+        "nmt.decode_processes (planted)", "nmt.training.optim:NOPE (planted)"]
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -20,10 +20,12 @@ from nmt.config import config_from_dict, config_to_dict
 from nmt.data.bpe import SentencePieceTokenizer, train_sentencepiece
 from nmt.errors import NmtError
 from nmt.inference.restore import restore_model
-from nmt.inference.translator import Translator, decode_batches
-from nmt.model.spec import ModelSpec, spm_digest
+from nmt.inference.translator import Translator
+from nmt.model.spec import ModelSpec
 from nmt.model.transformer import build_model
 from nmt.search import beam_search, greedy_search
+from nmt.search.batches import decode_batches
+from nmt.vocab import spm_digest
 
 WORDS = "the a cat dog sat ran on under mat tree big small red blue , .".split()
 QKNORM_LENGTH = 20.0
@@ -49,7 +51,8 @@ def tiny_checkpoint(directory: Path, name: str = "tiny.pt", seed: int = 0, **mod
     net = build_model(config.model, ModelSpec(tokenizer.vocab_size, QKNORM_LENGTH))
     path = directory / name
     spec = ModelSpec(tokenizer.vocab_size, QKNORM_LENGTH, spm_digest(tokenizer.model_bytes()))
-    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(), spec.payload()))
+    save_checkpoint(path, model_payload(net.state_dict(), config_to_dict(config), tokenizer.model_bytes(),
+                                        spec.payload()))
     return path
 
 

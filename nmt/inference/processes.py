@@ -11,7 +11,7 @@ Protocol: a process is ``python -m nmt.inference.processes``, started with :mod:
 :mod:`multiprocessing`, whose ``spawn`` re-runs the parent's main script (a script without a main guard would run
 again in every worker). Over its stdin and stdout go length-prefixed frames: first the model (checkpoint bytes,
 loaded with ``weights_only=True``) and its precision, answered by ``ready``; then one pickled
-:class:`~nmt.inference.jobs.DecodeJob` per request, answered by its hypotheses or an error. Its stdout carries frames
+:class:`~nmt.search.batches.DecodeJob` per request, answered by its hypotheses or an error. Its stdout carries frames
 only (its prints go to stderr). It ignores SIGINT (Ctrl-C reaches the whole process group; the parent decides) and
 exits when its stdin closes, so a parent that dies, however it dies, leaves no worker behind.
 """
@@ -37,12 +37,13 @@ import torch
 from nmt.checkpoint.files import checkpoint_bytes
 from nmt.errors import NmtError
 from nmt.inference.ensemble import Ensemble
-from nmt.inference.jobs import DecodeJob, for_precision, run_job
+from nmt.inference.jobs import for_precision
 from nmt.inference.restore import restore_model
 from nmt.inference.threads import intra_op_threads
 from nmt.machine import fp32_gemm
 from nmt.machine.runtime import Runtime, bound_onednn_cache
 from nmt.search import Hypothesis, Seq2Seq
+from nmt.search.batches import DecodeJob, run_job
 
 HEADER = struct.Struct(">Q")  # a frame: its length in bytes, then the bytes
 STOP_SECONDS = 5.0  # how long a worker may take to exit after its stdin closes before it is killed

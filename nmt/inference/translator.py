@@ -23,82 +23,27 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from nmt.checkpoint.files import load_checkpoint
-from nmt.config import Config, DecodeConfig
+from nmt.config import Config
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
 from nmt.inference.ensemble import Ensemble, check_same_pieces
 from nmt.inference.int8 import choose_decode_precision
-from nmt.inference.jobs import DecodeJob, for_precision, run_job
+from nmt.inference.jobs import for_precision
 from nmt.inference.processes import DecodeProcesses, ProcessSlot
 from nmt.inference.restore import restorable, restore_model
 from nmt.inference.scoring import PairScore, score_ids
 from nmt.inference.threads import check_workers, map_ordered
 from nmt.machine.runtime import Runtime, bound_onednn_cache, resolve_device
 from nmt.search import Hypothesis, Sampling, Seq2Seq
+from nmt.search.batches import decode_sources
 
 POSITION_MARGIN = 2  # source pieces kept: max_positions minus EOS minus one spare position
-
-
-def decode_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int | None = None) -> list[list[int]]:
-    """Group indices into batches of similar length whose padded size ``n * longest`` stays within ``max_tokens``
-    and whose size ``n`` stays within ``max_sentences`` (None: no limit).
-
-    Longest sentences come first (an out-of-memory error then shows up at once); a sentence longer than the budget
-    gets a batch of its own.
-    """
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for index in order.tolist():
-        longest_if_added = max(longest, lengths[index])
-        full = max_sentences is not None and len(current) >= max_sentences
-        if current and (full or longest_if_added * (len(current) + 1) > max_tokens):
-            batches.append(current)
-            current, longest_if_added = [], lengths[index]
-        current.append(index)
-        longest = longest_if_added
-    if current:
-        batches.append(current)
-    return batches
-
-
-def decode_sources(model: Seq2Seq[Any], sources: Sequence[Sequence[int]], settings: DecodeConfig, runtime: Runtime,
-                   max_len_cap: int | None, batch_size: int | None = None, progress: bool = False,
-                   sampling: Sampling | None = None, first_index: int = 0, workers: int = 1,
-                   processes: DecodeProcesses | None = None) -> list[list[Hypothesis]]:
-    """The one batched decoding loop of validation and ``nmt translate``: piece-id sources (without EOS) in
-    length-sorted batches of ``settings.max_tokens`` padded source tokens and at most ``batch_size`` sentences,
-    each decoded by :func:`nmt.inference.jobs.run_job` under ``runtime``'s autocast (with ``sampling``: sampled, each
-    sentence keyed by ``first_index`` + its position, so its samples do not depend on the batching), ``workers``
-    batches at a time: in ``processes`` where given (:mod:`nmt.inference.processes`), else in threads of this process
-    (:mod:`nmt.inference.threads`); results in input order.
-
-    Empty sources are not decoded: they get ``settings.nbest`` empty hypotheses with score 0.
-    """
-    results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0, [0.0])] * settings.nbest for _ in sources]
-    todo = [i for i, src in enumerate(sources) if len(src)]
-    decode_job = processes.decode if processes is not None else functools.partial(run_job, model, runtime)
-
-    def run(batch: list[int]) -> list[list[Hypothesis]]:
-        indices = [todo[j] for j in batch]
-        rows = [[int(piece) for piece in sources[i]] for i in indices]
-        return decode_job(DecodeJob(rows, [i + first_index for i in indices], settings, max_len_cap, sampling))
-
-    batches = decode_batches([len(sources[i]) + 1 for i in todo], settings.max_tokens, batch_size)
-    with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
-        for batch, hyps in map_ordered(run, batches, workers):
-            for j, nbest_list in zip(batch, hyps, strict=True):
-                results[todo[j]] = nbest_list
-            bar.update(len(batch))
-    return results
 
 
 class Translator:
@@ -245,8 +190,9 @@ class Translator:
         if batch_size is not None and batch_size < 1:
             raise NmtError(f"--batch-size {batch_size} must be at least 1")
         cap = self.positions - 1  # the step that forces EOS reads position max_len
+        runner = processes.decode if (processes := self.worker_processes(workers)) is not None else None
         return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress, sampling,
-                              first_index, workers, self.worker_processes(workers))
+                              first_index, runner, functools.partial(map_ordered, workers=workers))
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,

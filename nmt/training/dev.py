@@ -10,9 +10,9 @@ import torch
 
 from nmt.config import DecodeConfig
 from nmt.data.batching import ParallelData, collate, make_batches
-from nmt.inference.translator import decode_sources
 from nmt.machine.runtime import Runtime
 from nmt.model.transformer import Transformer
+from nmt.search.batches import decode_sources
 from nmt.training.loss import label_smoothed_nll
 
 
@@ -41,7 +41,7 @@ def dev_loss(model: torch.nn.Module, dev: DevSet, max_tokens: int, runtime: Runt
 def decode_ids(model: Transformer, sources: list[np.ndarray], settings: DecodeConfig,
                runtime: Runtime) -> list[list[int]]:
     """Best hypothesis ids for each source, through ``nmt translate``'s loop
-    (:func:`nmt.inference.translator.decode_sources`)
+    (:func:`nmt.search.batches.decode_sources`)
     with ``settings`` (its ``nbest`` is ignored: one hypothesis each)."""
     one = dataclasses.replace(settings, nbest=1)
     hyps = decode_sources(model, [s.tolist() for s in sources], one, runtime, model.max_positions - 1)
