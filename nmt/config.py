@@ -46,8 +46,8 @@ AttentionName = Annotated[str, Registry("nmt.modules.attention", "ATTENTIONS")]
 InitName = Literal["smallinit", "xavier"]
 ScheduleName = Annotated[str, Registry("nmt.training.optim", "SCHEDULES")]
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
-SearchName = Literal["official", "fairseq"]
-LengthNormName = Literal["gnmt", "fairseq"]  # nmt.search.common.LENGTH_NORMS
+SearchName = Annotated[str, Registry("nmt.search", "SEARCHES")]
+LengthNormName = Annotated[str, Registry("nmt.search.common", "LENGTH_NORMS")]
 DecodePrecisionName = Literal["auto", "fp32", "bf16", "fp16", "int8"]  # int8: nmt/inference/int8.py, CPU only
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 SystemName = Literal[
@@ -173,6 +173,18 @@ SYSTEMS: dict[str, dict[str, Any]] = {
     "prenorm_fixnorm_scalenorm": dict(norm="scalenorm", norm_position="pre", fixnorm=True, attention="scaled_dot"),
     "qknorm": dict(norm="layernorm", norm_position="pre", fixnorm=True, attention="qknorm"),
 }
+
+
+def choices(section: type, key: str) -> list[str]:
+    """The valid values of a config choice, from its ``Literal`` or its registry: what the command line's
+    ``choices=`` lists are built from, so a registry line is the only place a new choice is added."""
+    hints = typing.get_type_hints(section, include_extras=True)
+    tp = hints[key]
+    if typing.get_origin(tp) is Annotated:
+        return tp.__metadata__[0].choices()
+    if typing.get_origin(tp) is Literal:
+        return [str(a) for a in typing.get_args(tp)]
+    raise TypeError(f"{section.__name__}.{key} is not a choice")
 
 
 def _type_name(tp: Any) -> str:

@@ -90,3 +90,66 @@ def test_adding_a_language_pair(tmp_path: Path) -> None:
     assert len(data.train) > 0 and data.spec.vocab_size <= 64
     model = build_model(cfg.model, data.spec)
     assert model.qknorm_gains()  # the data's length L initialised QKNorm
+
+
+def test_adding_a_decoding_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoding rule is its module (a beam search with the rule sets' signature and a greedy rule) plus one line in
+    ``SEARCHES``; then ``decode.search`` and ``nmt translate --search`` accept it (their choices come from there)."""
+    from nmt import cli
+    from nmt.checkpoint.files import model_payload, save_checkpoint
+    from nmt.config import DecodeConfig, choices, config_to_dict
+    from nmt.data.bpe import SentencePieceTokenizer
+    from nmt.search import SEARCHES, Hypothesis, official
+
+    calls: list[int] = []
+
+    def counting_beam_search(*args: object) -> list[list[Hypothesis]]:
+        """The toy rule: the papers' beam search, counted."""
+        calls.append(1)
+        return official.official_beam_search(*args)  # type: ignore[arg-type]
+
+    with pytest.raises(config.NmtError, match="'decode.search': 'counting' is not one of official"):
+        config_from_dict({"decode": {"search": "counting"}})
+    monkeypatch.setitem(SEARCHES, "counting", (counting_beam_search, official.greedy_rule))  # the registry line
+    assert "counting" in choices(DecodeConfig, "search")
+    data_dir = prepare_synthetic(tmp_path)
+    cfg = config_from_dict(tiny_config(data_dir, tmp_path / "run"), ["decode.search=counting"])
+    tokenizer = SentencePieceTokenizer(data_dir / "xx-yy" / "spm.model")
+    torch.manual_seed(0)
+    spec = ModelSpec(tokenizer.vocab_size, 20.0)
+    model = build_model(cfg.model, spec)
+    checkpoint = tmp_path / "model.pt"
+    save_checkpoint(checkpoint, model_payload(model.state_dict(), config_to_dict(cfg), tokenizer.model_bytes(),
+                                              spec.payload()))
+    source = tmp_path / "in.txt"
+    source.write_text("a b c\nd e\n", encoding="utf-8")
+    outputs = {}
+    for rule in ("counting", "official"):
+        out = tmp_path / f"{rule}.txt"
+        assert cli.main(["translate", "--path", str(checkpoint), "--search", rule, "--pretokenized", "--input",
+                         str(source), "--output", str(out), "-q"]) == 0
+        outputs[rule] = out.read_text(encoding="utf-8")
+    assert calls and outputs["counting"] == outputs["official"]  # the toy rule ran, and it is the papers' search
+
+
+def test_adding_a_corpus_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A corpus source is its loader (with its own download and checksums where it has any) plus one line in
+    ``SOURCES`` saying which pairs it serves; then ``nmt prepare PAIR`` takes those pairs from it."""
+    from nmt.data import corpora
+    from nmt.data.prepare import prepare
+    from tests.synthetic import write_corpus
+
+    folder = write_corpus(tmp_path / "toy-corpus", {"train": 300, "dev": 10, "test": 10}, "xx", "zz")
+    requests: list[corpora.Request] = []
+
+    def load_toy(request: corpora.Request) -> corpora.Corpus:
+        """The toy loader: a local folder (a real one downloads and checks its archive: nmt/data/download.py)."""
+        requests.append(request)
+        return corpora.load_dir(folder, request.src, request.tgt)
+
+    assert corpora.source_for("xx", "zz") == "ted"
+    monkeypatch.setitem(corpora.SOURCES, "toy", corpora.Source(load_toy, lambda src, tgt: {src, tgt} == {"xx", "zz"}))
+    assert corpora.source_for("xx", "zz") == "toy" and corpora.source_for("gl", "en") == "ted"
+    meta = prepare("xx-zz", tmp_path / "data", bpe_size=40, progress=False)
+    assert [(r.src, r.tgt) for r in requests] == [("xx", "zz")]
+    assert meta["source"] == "toy" and meta["splits"]["train"]["lines"] == 300

@@ -245,11 +245,10 @@ def test_hypothesis_is_a_plain_record() -> None:
 
 
 def test_search_names_match_the_config() -> None:
-    import typing
 
-    from nmt.config import DecodeConfig, SearchName
+    from nmt.config import DecodeConfig, choices
 
-    assert set(SEARCHES) == set(typing.get_args(SearchName))
+    assert choices(DecodeConfig, "search") == list(SEARCHES)  # the registry is the only list of choices
     assert DecodeConfig().search == "official"
     with pytest.raises(ValueError, match="unknown search"):
         beam_search(ScriptedDecoder(TABLE), torch.tensor([[A]]), beam=2, search="nope")

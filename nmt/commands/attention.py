@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from nmt.commands import add_json
+from nmt.config import TrainConfig, choices
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, help="beam size for the translation (default: decode.beam)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="the sentence is Moses-tokenized already (as in the papers' corpora)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
     add_json(parser, "each panel's title, translation, query and key pieces and weights")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from nmt.commands import add_quiet
+from nmt.config import TrainConfig, choices
 from nmt.perf.bench import BenchSettings
 
 _DEFAULTS = BenchSettings()
@@ -21,7 +22,7 @@ _DEFAULTS = BenchSettings()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config",
                         help="YAML config of the model, data and batch size, or a packaged config's name (e.g. bench)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None, help="override train.device")
+    parser.add_argument("--device", choices=choices(TrainConfig, "device"), default=None, help="override train.device")
     steps = parser.add_mutually_exclusive_group()
     steps.add_argument("--steps", type=int, default=_DEFAULTS.steps, help="timed training updates per repeat")
     steps.add_argument("--epoch", action="store_true",

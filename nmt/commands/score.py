@@ -22,6 +22,7 @@ from typing import TextIO
 from nmt.atomic import atomic_open
 from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
 from nmt.commands.translate import _check_writable
+from nmt.config import DecodeConfig, TrainConfig, choices
 from nmt.errors import NmtError
 from nmt.inference.scoring import PairScore
 from nmt.inference.translator import Translator
@@ -42,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, help="at most this many pairs per batch (default: no limit)")
     parser.add_argument("--buffer-size", type=int, default=BUFFER_SIZE,
                         help="pairs read and scored at a time; bounds memory (default: %(default)s)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16", "int8"], default=None,
+    parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
+    parser.add_argument("--precision", choices=choices(DecodeConfig, "precision"), default=None,
                         help="arithmetic (default: the checkpoint's decode.precision, fp32)")
     add_quiet(parser)
 

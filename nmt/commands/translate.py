@@ -27,6 +27,7 @@ from typing import BinaryIO, TextIO
 
 from nmt.atomic import atomic_open
 from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
+from nmt.config import DecodeConfig, TrainConfig, choices
 from nmt.errors import NmtError
 from nmt.inference.threads import check_workers
 from nmt.inference.translator import Translator
@@ -42,9 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="-", help="where to write translations; - is stdout (default)")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam)")
     parser.add_argument("--lenpen", type=float, help="GNMT length penalty alpha (default: decode.lenpen)")
-    parser.add_argument("--search", choices=["official", "fairseq"],
+    parser.add_argument("--search", choices=choices(DecodeConfig, "search"),
                         help="beam-search rules (default: decode.search); official: the papers' decoder")
-    parser.add_argument("--length-norm", choices=["gnmt", "fairseq"],
+    parser.add_argument("--length-norm", choices=choices(DecodeConfig, "length_norm"),
                         help="with --search fairseq: fairseq's score / length^lenpen instead of the GNMT penalty")
     parser.add_argument("--nbest", type=int, help="translations per input; K > 1 prints INDEX\\tSCORE\\tTEXT lines")
     parser.add_argument("--pretokenized", action="store_true",
@@ -69,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="with --sampling: the samples' seed; the same seed gives the same samples whatever "
                              "the batching")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16", "int8"], default=None,
+    parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
+    parser.add_argument("--precision", choices=choices(DecodeConfig, "precision"), default=None,
                         help="decoding arithmetic (default: decode.precision, fp32); bf16 is ~1.3x faster on CPUs "
                              "with native bf16 (AVX-512 BF16, AMX) and much slower elsewhere, fp16 needs CUDA, int8 "
                              "(CPU) quantizes the Linear layers, auto is bf16 on GPUs and on a CPU the fastest of "

@@ -204,20 +204,33 @@ def load_dir(directory: str | Path, src: str, tgt: str) -> Corpus:
     return {split: read_parallel(directory / f"{split}.{src}", directory / f"{split}.{tgt}") for split in SPLITS}
 
 
-# source name -> loader. Pairs pick their source with source_for(); --from-dir bypasses the registry.
-SOURCES: dict[str, Callable[[Request], Corpus]] = {
-    "iwslt15": load_iwslt15,
-    "ted": load_ted,
+@dataclass(frozen=True)
+class Source:
+    """A corpus source: its loader and the pairs it serves (None: every pair no other source serves)."""
+
+    load: Callable[[Request], Corpus]
+    serves: Callable[[str, str], bool] | None = None
+
+
+# source name -> Source: the only list of sources (a new one is its loader plus one line here). Pairs pick their
+# source with source_for(); --from-dir bypasses the registry.
+SOURCES: dict[str, Source] = {
+    "iwslt15": Source(load_iwslt15, lambda src, tgt: {src, tgt} == {"en", "vi"}),
+    "ted": Source(load_ted),  # the TED talks corpus: every other pair
 }
 
 
 def source_for(src: str, tgt: str) -> str:
-    """The registry key for a pair: ``iwslt15`` for en-vi / vi-en, ``ted`` for every other pair."""
-    return "iwslt15" if {src, tgt} == {"en", "vi"} else "ted"
+    """The registry key for a pair: the first source that names it among the pairs it serves, else the one that
+    serves every other pair (``ted``)."""
+    named = [name for name, source in SOURCES.items() if source.serves is not None and source.serves(src, tgt)]
+    if named:
+        return named[0]
+    return next(name for name, source in SOURCES.items() if source.serves is None)
 
 
 def load(request: Request, source: str) -> Corpus:
     """Load ``request`` from the named source in :data:`SOURCES`."""
     if source not in SOURCES:
         raise NmtError(f"unknown corpus source {source!r} (valid: {', '.join(SOURCES)})")
-    return SOURCES[source](request)
+    return SOURCES[source].load(request)
