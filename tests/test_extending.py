@@ -4,6 +4,7 @@ registry line, and then a config can name it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -99,14 +100,15 @@ def test_adding_a_decoding_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     from nmt.checkpoint.files import model_payload, save_checkpoint
     from nmt.config import DecodeConfig, choices, config_to_dict
     from nmt.data.bpe import SentencePieceTokenizer
-    from nmt.search import SEARCHES, Hypothesis, official
+    from nmt.search import SEARCHES, Hypothesis, Seq2Seq, official
 
     calls: list[int] = []
 
-    def counting_beam_search(*args: object) -> list[list[Hypothesis]]:
+    def counting_beam_search(model: Seq2Seq[Any], src: Tensor, settings: DecodeConfig,
+                             max_len_cap: int | None) -> list[list[Hypothesis]]:
         """The toy rule: the papers' beam search, counted."""
-        calls.append(1)
-        return official.official_beam_search(*args)  # type: ignore[arg-type]
+        calls.append(settings.beam)
+        return official.official_beam_search(model, src, settings, max_len_cap)
 
     with pytest.raises(config.NmtError, match="'decode.search': 'counting' is not one of official"):
         config_from_dict({"decode": {"search": "counting"}})

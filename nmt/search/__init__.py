@@ -31,7 +31,9 @@ included, as fed to the model).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -57,13 +59,15 @@ __all__ = ["SEARCHES", "Hypothesis", "Sampling", "SearchState", "Seq2Seq", "beam
 _DEFAULTS = DecodeConfig()  # the defaults live in DecodeConfig's fields only
 
 # decode.search -> (beam search, greedy rule); the keys equal config.SearchName (checked by a test).
-SEARCHES: dict[str, tuple[Callable[..., list[list[Hypothesis]]], GreedyRule]] = {
+# A rule's beam search: (model, src, settings, max_len_cap) -> n-best lists.
+BeamSearch = Callable[[Seq2Seq[Any], Tensor, DecodeConfig, int | None], list[list[Hypothesis]]]
+SEARCHES: dict[str, tuple[BeamSearch, GreedyRule]] = {
     "official": (official.official_beam_search, official.greedy_rule),
     "fairseq": (fairseq.fairseq_beam_search, fairseq.greedy_rule),
 }
 
 
-def _rules(search: str) -> tuple[Callable[..., list[list[Hypothesis]]], GreedyRule]:
+def _rules(search: str) -> tuple[BeamSearch, GreedyRule]:
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r} (valid: {', '.join(SEARCHES)})")
     return SEARCHES[search]
@@ -98,9 +102,16 @@ def beam_search(
     Returns:
         For each sentence, up to ``nbest`` hypotheses sorted by score (best first).
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be in [1, beam={beam}], got {nbest}")
-    return _rules(search)[0](model, src, beam, lenpen, max_len_a, max_len_b, nbest, max_len_cap, length_norm)
+    settings = dataclasses.replace(_DEFAULTS, beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
+                                   nbest=nbest, search=search, length_norm=length_norm)
+    return _beam(model, src, settings, max_len_cap)
+
+
+def _beam(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig,
+          max_len_cap: int | None) -> list[list[Hypothesis]]:
+    if not 1 <= settings.nbest <= settings.beam:
+        raise ValueError(f"nbest must be in [1, beam={settings.beam}], got {settings.nbest}")
+    return _rules(settings.search)[0](model, src, settings, max_len_cap)
 
 
 def greedy_search(
@@ -150,5 +161,4 @@ def decode(model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, max_len_
     if settings.beam == 1:
         return greedy_search(model, src, settings.lenpen, settings.max_len_a, settings.max_len_b, max_len_cap,
                              settings.search, settings.length_norm)
-    return beam_search(model, src, settings.beam, settings.lenpen, settings.max_len_a, settings.max_len_b,
-                       settings.nbest, max_len_cap, settings.search, settings.length_norm)
+    return _beam(model, src, settings, max_len_cap)  # the settings travel to the rules unchanged

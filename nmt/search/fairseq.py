@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nmt.config import DecodeConfig
 from nmt.search.common import (
     LENGTH_NORMS,
     Chooser,
@@ -126,31 +127,24 @@ def _advance(
 
 @torch.no_grad()
 def fairseq_beam_search(
-    model: Seq2Seq[StateT],
-    src: Tensor,
-    beam: int,
-    lenpen: float,
-    max_len_a: float,
-    max_len_b: int,
-    nbest: int,
-    max_len_cap: int | None,
-    length_norm: str = "gnmt",
+    model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, max_len_cap: int | None
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of source sentences.
 
     Args:
         model: a :class:`Seq2Seq` (``start``/``step``/``state.select``).
         src: (B, S) source ids, PAD-padded, on the model's device.
-        beam: live hypotheses kept per sentence.
-        lenpen: alpha of the length normalization.
-        max_len_a, max_len_b: output limit ``int(a * |src| + b)`` tokens before EOS.
-        nbest: hypotheses returned per sentence (at most ``beam``).
+        settings: ``beam`` live hypotheses kept per sentence, ``lenpen`` the alpha of the length normalization
+            ``length_norm`` (a key of :data:`nmt.search.common.LENGTH_NORMS`: GNMT's penalty, or fairseq's
+            |y|^lenpen), output limit ``int(max_len_a * |src| + max_len_b)`` tokens before EOS, ``nbest``
+            hypotheses returned per sentence.
         max_len_cap: optional absolute limit on the output length (e.g. the model's positions).
-        length_norm: a key of :data:`nmt.search.common.LENGTH_NORMS` (GNMT's penalty, or fairseq's |y|^lenpen).
 
     Returns:
         For each sentence, up to ``nbest`` hypotheses sorted by score (best first).
     """
+    beam, lenpen, length_norm, nbest = settings.beam, settings.lenpen, settings.length_norm, settings.nbest
+    max_len_a, max_len_b = settings.max_len_a, settings.max_len_b
     penalty = LENGTH_NORMS[length_norm]
     batch, device = src.size(0), src.device
     state = model.start(src)

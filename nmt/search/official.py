@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nmt.config import DecodeConfig
 from nmt.search.common import (
     Chooser,
     Hypothesis,
@@ -138,18 +139,12 @@ def _emit(pool: _Pool, done: Tensor, finished: list[list[Hypothesis]]) -> None:
 
 @torch.no_grad()
 def official_beam_search(
-    model: Seq2Seq[StateT],
-    src: Tensor,
-    beam: int,
-    lenpen: float,
-    max_len_a: float,
-    max_len_b: int,
-    nbest: int,
-    max_len_cap: int | None,
-    length_norm: str = "gnmt",
+    model: Seq2Seq[StateT], src: Tensor, settings: DecodeConfig, max_len_cap: int | None
 ) -> list[list[Hypothesis]]:
     """Beam search under the official rules (arguments and result as :func:`nmt.search.beam_search`; the official
     decoder has the GNMT penalty only)."""
+    beam, lenpen, length_norm, nbest = settings.beam, settings.lenpen, settings.length_norm, settings.nbest
+    max_len_a, max_len_b = settings.max_len_a, settings.max_len_b
     if length_norm != "gnmt":
         raise ValueError(f"the official search has the GNMT length penalty only, not {length_norm!r}")
     batch, device = src.size(0), src.device
