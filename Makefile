@@ -33,7 +33,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check nmt tests scripts fidelity
 	$(BIN)/mypy nmt
 
-# the tests again with every runtime dependency at its pyproject.toml floor (a second venv, .venv-floors)
+# the tests again with every runtime dependency at its pyproject.toml floor (a second venv, .venv-floors); torch is
+# this venv's own, which scripts/check_floors requires to be at its floor (--torch would install the floor)
 floors: $(STAMP)
 	$(BIN)/python scripts/check_floors
 

@@ -1,9 +1,14 @@
 """The run records committed under ``docs/results/*/runs/`` (issue 27): each reads as a record whose hypotheses are
 the ones it recorded, and its tokenized test BLEU recomputes from those hypotheses and the test references wherever
-the corpus it was scored on sits beside the checkout (``../shared/data/PAIR/test.TGT``, as on CI)."""
+the corpus it was scored on sits beside the checkout (``../shared/data/PAIR/test.TGT``, as on CI).
+
+And what the README and docs/ quote (issue 47): the BLEU of every other committed hypothesis file under
+``docs/results/``, recomputed against the gl-en references, and the speed ratios recomputed from the committed
+``bench/`` reports (median, full range and count over the runs of a class), each compared with the text it supports."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -33,3 +38,253 @@ def test_a_committed_record_recomputes_from_its_hypotheses(folder: Path) -> None
     check_references(record, references, references_path)  # an error if these are other references
     score = tokenized_bleu(record["hypotheses"], references)
     assert score == pytest.approx(record["test"]["test_bleu_tokenized"], abs=1e-9)
+
+
+# What the README and docs/ quote, recomputed from committed files (issue 47). Each claim is a text with one "{}"
+# for the recomputed figure: the filled-in text must appear in the document it supports (whitespace collapsed, so
+# line breaks do not matter).
+
+README = "README.md"
+R120 = "docs/results/cpu-gl-en-120/README.md"
+BPEDROP = "docs/results/cpu-gl-en-120-bpedrop01/README.md"
+PERFORMANCE = "docs/performance.md"
+BLEU_CLAIMS: dict[str, list[tuple[str, str]]] = {  # hypothesis file under docs/results -> [(document, text)]
+    "cpu-gl-en-120/test.k1_s8400.hyp": [
+        (README, "best checkpoint by then (step 8,400) **{}** (15.67)"),
+        (R120, "| best (what `make train PAIR=gl-en` reports) | {} |")],
+    "cpu-gl-en-120/test.k8_s8400.hyp": [
+        (README, "dev-chosen averages ({} to 17.28)"),
+        (R120, "| average of the last 8 (chosen on dev) | {} |")],
+    "cpu-gl-en-120/test.best.hyp": [
+        (README, "16,891 updates, **{}** (15.93)"),
+        (R120, "| 16,891 | best (`make train` with `train.max_minutes=120`) | {} |")],
+    "cpu-gl-en-120/test.k5_s16800.hyp": [
+        (README, "(chosen on dev): **{}**"),
+        (R120, "| average of the last 5 (chosen on dev) | **{}** |")],
+    "cpu-gl-en-120-bpedrop01/test.best.hyp": [
+        (README, "test BLEU is **{}** with the best checkpoint"),
+        (BPEDROP, "| best (what `make train` reports) | {} |")],
+    "cpu-gl-en-120-bpedrop01/test.k3_s15200.hyp": [
+        (README, "({} with the average of the last 3, chosen on dev)"),
+        (BPEDROP, "| average of the last 3 (chosen on dev) | **{}** |")],
+    "cpu-gl-en-120-bpedrop01/dev.best.hyp": [
+        (BPEDROP, "| best (step 13,600, by the 300-sentence greedy validation) | {} |")],
+    "cpu-gl-en-120-bpedrop01/dev.last.hyp": [(BPEDROP, "| last (step 15,405) | {} |")],
+    "cpu-gl-en-120-bpedrop01/dev.k3_s15200.hyp": [(BPEDROP, "| average of the last 3 (14,400-15,200) | **{}** |")],
+    "cpu-gl-en-120-bpedrop01/dev.k5_s15200.hyp": [(BPEDROP, "| average of the last 5 (13,600-15,200) | {} |")],
+    "cpu-gl-en-120-bpedrop01/dev.k8_s15200.hyp": [(BPEDROP, "| average of the last 8 (12,400-15,200) | {} |")],
+    "cpu-gl-en-probes-2026-12-04/bpedrop01/dev.s12400.hyp": [(README, "({} vs 18.63, 16,891 updates")],
+    "cpu-gl-en-probes-2026-12-04/bpedrop01/dev.s8400.hyp": [(PERFORMANCE, "`data.bpe_dropout`) {} / 16.14")],
+    "cpu-gl-en-probes-2026-12-04/bpedrop01/dev.avg8_s8400.hyp": [(PERFORMANCE, "`data.bpe_dropout`) 16.65 / {}")],
+    "cpu-gl-en-probes-2026-12-04/drop03all/dev.s8400.hyp": [(PERFORMANCE, "model.act_dropout=0.3`) {} / 17.45")],
+    "cpu-gl-en-probes-2026-12-04/drop03all/dev.avg8_s8400.hyp": [(PERFORMANCE, "model.act_dropout=0.3`) 17.73 / {}")],
+}
+RESULTS = ROOT / "docs" / "results"
+BENCH = ROOT / "bench"
+
+
+def flat_text(name: str) -> str:
+    """A committed document with its whitespace collapsed, so a quoted phrase matches across line breaks."""
+    return " ".join((ROOT / name).read_text(encoding="utf-8").split())
+
+
+def assert_quoted(document: str, text: str, figure: str) -> None:
+    quoted = " ".join(text.format(figure).split())
+    assert quoted in flat_text(document), f"{document} should say {quoted!r} (recomputed from committed files)"
+
+
+def gl_en_lines(split: str) -> list[str]:
+    path = SHARED_DATA / "gl-en" / f"{split}.en"
+    if not path.is_file():
+        pytest.skip(f"no {path} beside the checkout")
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def hypothesis_bleu(name: str) -> float:
+    """Tokenized BLEU of a committed hypothesis file against the gl-en references of its split (dev or test)."""
+    split = Path(name).name.split(".")[0]
+    hypotheses = (RESULTS / name).read_text(encoding="utf-8").split("\n")[:-1]
+    references = gl_en_lines(split)
+    assert len(hypotheses) == len(references), name
+    return tokenized_bleu(hypotheses, references)
+
+
+def test_every_committed_hypothesis_file_backs_a_quoted_figure() -> None:
+    loose = {str(path.relative_to(RESULTS)) for path in RESULTS.glob("**/*.hyp") if "runs" not in path.parts}
+    assert loose == set(BLEU_CLAIMS)
+
+
+@pytest.mark.parametrize("name", sorted(BLEU_CLAIMS))
+def test_a_quoted_bleu_recomputes_from_its_hypotheses(name: str) -> None:
+    figure = f"{hypothesis_bleu(name):.2f}"
+    for document, text in BLEU_CLAIMS[name]:
+        assert_quoted(document, text, figure)
+
+
+def test_the_second_hour_gains_recompute() -> None:
+    gain_best = hypothesis_bleu("cpu-gl-en-120/test.best.hyp") - hypothesis_bleu("cpu-gl-en-120/test.k1_s8400.hyp")
+    gain_averaged = (hypothesis_bleu("cpu-gl-en-120/test.k5_s16800.hyp")
+                     - hypothesis_bleu("cpu-gl-en-120/test.k8_s8400.hyp"))
+    assert_quoted(README, "adds only {} test BLEU with the best checkpoint", f"{gain_best:.1f}")
+    assert_quoted(README, "and {} with the dev-chosen averages", f"{gain_averaged:.2f}")
+
+
+def bench_rows(name: str) -> dict[str, dict[str, float]]:
+    """The numeric cells of a committed `scripts/bench_peers` report's table, by tool (first column)."""
+    rows: dict[str, dict[str, float]] = {}
+    header: list[str] = []
+    for line in (BENCH / name).read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or set(cells[0]) <= {"-"}:
+            continue
+        if cells[0] == "tool":
+            header = cells
+            continue
+        rows[cells[0]] = {}
+        for column, cell in zip(header, cells):
+            try:
+                rows[cells[0]][column] = float(cell.replace(",", "").rstrip("x"))
+            except ValueError:
+                pass
+    return rows
+
+
+def only_row(rows: dict[str, dict[str, float]], prefix: str, per_thread: bool = False) -> dict[str, float]:
+    """The one row whose tool starts with ``prefix``, in one layout: one batch on all threads, or one per thread."""
+    (row,) = [cells for tool, cells in rows.items()
+              if tool.startswith(prefix) and ("one batch per thread" in tool) == per_thread]
+    return row
+
+
+PIECES = "output pieces/s"
+
+
+def decoding_ratios(name: str) -> tuple[float, float]:
+    """Ours bf16 over fairseq and over CTranslate2's fastest type, all decoding one batch on both threads."""
+    rows = bench_rows(name)
+    ours = only_row(rows, "nmt (ours), bf16")[PIECES]
+    fairseq = only_row(rows, "fairseq")[PIECES]
+    ctranslate2 = max(cells[PIECES] for tool, cells in rows.items()
+                      if tool.startswith("CTranslate2") and "one batch per thread" not in tool)
+    return ours / fairseq, ours / ctranslate2
+
+
+def epoch_ratios(name: str) -> tuple[float, float]:
+    """Ours bf16 and fp32 training sentences/s over fairseq's, one epoch."""
+    rows = bench_rows(name)
+    fairseq = rows["fairseq 0.12.3.1, fp32"]["sentences/s"]
+    return (rows["nmt (ours), bf16 autocast"]["sentences/s"] / fairseq,
+            rows["nmt (ours), fp32"]["sentences/s"] / fairseq)
+
+
+def spread(values: list[float]) -> tuple[str, str, int]:
+    """The median, the full range and the count, as the README writes them: ('1.14', '0.60-1.65', 19)."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return f"{statistics.median(values):.2f}", low if low == high else f"{low}-{high}", len(values)
+
+
+def ranged(summary: tuple[str, str, int]) -> str:
+    """The range and count of :func:`spread` as the README writes them: '0.60-1.65×, n = 19'."""
+    return f"{summary[1]}×, n = {summary[2]}"
+
+
+def decode_reports(pattern: str) -> list[str]:
+    return sorted(path.name for path in BENCH.glob(f"peers-decode-{pattern}.md"))
+
+
+EPOCH_RUNS = [f"peers-epoch-2026-12-01-{run}.md" for run in ("s6", "s6-b", "s6-c", "s7", "s8", "s10")]
+# The decoding runs of 2026-12-01 by machine, labelled as in docs/performance.md.
+MACHINES = {"C": "2026-12-01", "D": "2026-12-01-[bc]", "E": "2026-12-01-s6*", "G": "2026-12-01-s8*",
+            "H": "2026-12-01-s9*", "I": "2026-12-01-s10"}
+
+
+def test_the_training_ratios_are_median_and_range_of_every_run() -> None:
+    bf16, fp32 = (spread(list(values)) for values in zip(*(epoch_ratios(name) for name in EPOCH_RUNS)))
+    assert_quoted(README, "{}", f"bf16 **{bf16[0]}×** fairseq ({bf16[1]}×, n = {bf16[2]}), "
+                                     f"fp32 **{fp32[0]}×** ({fp32[1]}×, n = {fp32[2]})")
+    fairseq = [bench_rows(name)["fairseq 0.12.3.1, fp32"]["sentences/s"] for name in EPOCH_RUNS]
+    assert_quoted(README, "fairseq 0.12.3 fp32: {}", f"{min(fairseq):.1f}-{max(fairseq):.1f}")
+    for tool, text in (("nmt (ours), bf16 autocast", "| bf16 {} MiB |"),
+                       ("fairseq 0.12.3.1, fp32", "| fairseq {} MiB |")):
+        rss = [bench_rows(name)[tool]["peak RSS MiB"] for name in EPOCH_RUNS]
+        assert_quoted(README, text, f"{min(rss):,.0f}-{max(rss):,.0f}")
+    # The other epoch reports are of older code (2026-11-30, 2026-12-01 before E) or of another class.
+    others = {path.name for path in BENCH.glob("peers-epoch*.md")} - set(EPOCH_RUNS)
+    assert others == {"peers-epoch.md", "peers-epoch-2026-12-01.md", "peers-epoch-2026-12-01-tcmalloc.md",
+                      "peers-epoch-2026-12-01-tcmalloc-2.md", "peers-epoch-2026-12-02-zen5.md"}
+
+
+def test_the_zen5_training_ratios_are_their_report() -> None:
+    name = "peers-epoch-2026-12-02-zen5.md"
+    rows = bench_rows(name)
+    reported = [rows[tool]["vs fairseq (sentences/s)"] for tool in ("nmt (ours), bf16 autocast", "nmt (ours), fp32")]
+    assert epoch_ratios(name) == pytest.approx(reported, abs=0.01)  # the report's ratios use the unrounded speeds
+    assert_quoted(README, "{}", f"bf16 **{reported[0]:.2f}×** fairseq, fp32 **{reported[1]:.2f}×**")
+
+
+def test_the_decoding_ratios_are_median_and_range_of_every_run() -> None:
+    every = decode_reports("2026-12-0*")
+    assert len(every) == 19
+    fairseq, ctranslate2 = (spread(list(values)) for values in zip(*(decoding_ratios(name) for name in every)))
+    assert_quoted(README, "{}", f"ours bf16 is **{ctranslate2[0]}×** CTranslate2's best type ({ranged(ctranslate2)}) "
+                                f"and **{fairseq[0]}×** fairseq ({ranged(fairseq)})")
+
+    first_day = decode_reports("2026-12-01*")
+    fairseq, ctranslate2 = (spread(list(values)) for values in zip(*(decoding_ratios(name) for name in first_day)))
+    assert_quoted(README, "{}", f"it was {ctranslate2[0]}× CTranslate2 ({ctranslate2[1]}×, n = {ctranslate2[2]}) "
+                                     f"and {fairseq[0]}× fairseq ({fairseq[1]}×, n = {fairseq[2]})")
+    assert sorted(name for pattern in MACHINES.values() for name in decode_reports(pattern)) == first_day
+    for machine, pattern in MACHINES.items():
+        _, span, count = spread([decoding_ratios(name)[1] for name in decode_reports(pattern)])
+        assert_quoted(README, "{}", f"{machine} {span}× (n = {count})")
+
+    bleu = "test BLEU (tokenized)"
+    ours_bleu, fairseq_bleu, ctranslate2_bleu = [], [], []
+    for name in first_day:
+        rows = bench_rows(name)
+        ours_bleu.append(only_row(rows, "nmt (ours), bf16")[bleu])
+        fairseq_bleu.append(only_row(rows, "fairseq")[bleu])
+        ctranslate2_bleu.append(max((cells for tool, cells in rows.items() if tool.startswith("CTranslate2")
+                                     and "one batch per thread" not in tool), key=lambda cells: cells[PIECES])[bleu])
+    assert_quoted(README, "{}", "the models' test BLEU there: " + ", ".join(
+        f"{who} {min(values):.2f}-{max(values):.2f}" for who, values in
+        (("ours", ours_bleu), ("fairseq", fairseq_bleu), ("CTranslate2's best type", ctranslate2_bleu))))
+
+    (other_day,) = decode_reports("2026-12-04*")
+    assert_quoted(README, "ours 8.56, CTranslate2 int8 5.32): {}×", f"{decoding_ratios(other_day)[1]:.2f}")
+
+    same_models = decode_reports("2026-12-05*")
+    fairseq_ratios, ctranslate2_ratios = zip(*(decoding_ratios(name) for name in same_models))
+    fairseq, ctranslate2 = spread(list(fairseq_ratios)), spread(list(ctranslate2_ratios))
+    assert_quoted(README, "{}", f"bf16 **{fairseq[0]}×** fairseq ({ranged(fairseq)}), "
+                                f"**{ctranslate2[0]}×** CTranslate2's best type ({ranged(ctranslate2)})")
+    _, span, count = spread([f / c for f, c in zip(fairseq_ratios, ctranslate2_ratios)])
+    assert_quoted(README, "{}", f"CTranslate2 4.8.5's best type: {span}× fairseq (n = {count})")
+
+
+def test_the_decoding_layouts_recompute() -> None:
+    """One batch per thread: ours in threads (s21-workers) and in processes (s22, s22-b) against CTranslate2."""
+    quoted = []
+    for name in ("peers-decode-2026-12-05-s21-workers.md", "peers-decode-2026-12-05-s22.md",
+                 "peers-decode-2026-12-05-s22-b.md"):
+        rows = bench_rows(name)
+        ours = only_row(rows, "nmt (ours), bf16", per_thread=True)[PIECES]
+        fairseq = only_row(rows, "fairseq")[PIECES]
+        ctranslate2 = max(cells[PIECES] for tool, cells in rows.items()
+                          if tool.startswith("CTranslate2") and "one batch per thread" in tool)
+        quoted.append((ours, ours / ctranslate2, ours / fairseq))
+    (threads, threads_ct2, _), (first, first_ct2, first_fs), (second, second_ct2, second_fs) = quoted
+    assert_quoted(README, "{}", f"in threads (1 run): bf16 {threads:,.0f}, {threads_ct2:.2f}× CTranslate2's best type")
+    assert_quoted(README, "{}", f"bf16 **{first:,.0f}** and **{second:,.0f}**, **{first_ct2:.2f}×** and "
+                                f"**{second_ct2:.2f}×** CTranslate2's best type, {first_fs:.2f}× and "
+                                f"{second_fs:.2f}× fairseq")
+    threads_run, first_run, second_run = (bench_rows(f"peers-decode-2026-12-05-{run}.md")
+                                          for run in ("s21-workers", "s22", "s22-b"))
+
+    def per_thread(rows: dict[str, dict[str, float]], kind: str) -> str:
+        return f"{rows[f'CTranslate2 4.8.5, {kind}, inter_threads (one batch per thread)'][PIECES]:,.0f}"
+
+    fairseq_speeds = ", ".join(f"{rows['fairseq 0.12.3.1, fp32'][PIECES]:,.0f}" for rows in (first_run, second_run))
+    assert_quoted(README, "{}", f"CTranslate2 int8 {per_thread(threads_run, 'int8')} (threads run); int8_float32 "
+                                f"{per_thread(first_run, 'int8_float32')}, int8 {per_thread(second_run, 'int8')} "
+                                f"(process runs); fairseq {fairseq_speeds}")
