@@ -13,8 +13,9 @@ from torch import nn
 from nmt.checkpoint.files import load_checkpoint
 from nmt.config import DecodeConfig
 from nmt.errors import NmtError
-from nmt.inference import int8 as quantize
-from nmt.inference.int8 import DecodeSpeeds, choose_decode_precision, int8_engine, is_quantized, quantize_for_decoding
+from nmt.inference import int8, precision
+from nmt.inference.int8 import int8_engine, is_quantized, quantize_for_decoding
+from nmt.inference.precision import DecodeSpeeds, choose_decode_precision
 from nmt.inference.restore import restore_model
 from nmt.inference.translator import Translator
 from nmt.model.spec import ModelSpec
@@ -108,9 +109,9 @@ def test_int8_translation_matches_fp32_on_a_trained_model(trained: Translator) -
 
 
 def test_engine_follows_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(quantize.hardware, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni"}))
+    monkeypatch.setattr(int8.hardware, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni"}))
     assert int8_engine() == "onednn"
-    monkeypatch.setattr(quantize.hardware, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(int8.hardware, "cpu_flags", lambda: frozenset({"avx2"}))
     assert int8_engine() in ("x86", "fbgemm")
 
 
@@ -120,7 +121,7 @@ def test_auto_picks_int8_only_when_clearly_faster(monkeypatch: pytest.MonkeyPatc
     assert DecodeSpeeds({"fp32": 1.0, "int8": 1.2}).best == "fp32"
     assert DecodeSpeeds({"fp32": 1.0, "int8": 0.5}).best == "int8"
     speeds = DecodeSpeeds({"fp32": 2.0, "int8": 1.0})
-    monkeypatch.setattr(quantize, "decode_speeds", lambda model, vocab: speeds)
+    monkeypatch.setattr(precision, "decode_speeds", lambda model, vocab: speeds)
     chosen = choose_decode_precision("auto", CPU, model=nn.Linear(2, 2), vocab=8)
     assert chosen.name == "int8"
     assert chosen.reason.startswith("auto: decoder-step probe, time relative to fp32: fp32 1.00, int8 0.50")
@@ -129,7 +130,7 @@ def test_auto_picks_int8_only_when_clearly_faster(monkeypatch: pytest.MonkeyPatc
 
 def test_real_probe_decodes_with_the_model_in_every_candidate(tmp_path: Path) -> None:
     model, _, tokenizer = restore_model(load_checkpoint(tiny_checkpoint(tmp_path)), CPU)
-    speeds = quantize.decode_speeds(model.eval(), tokenizer.vocab_size)
+    speeds = precision.decode_speeds(model.eval(), tokenizer.vocab_size)
     assert {"fp32", "int8"} <= set(speeds.seconds) and all(s > 0 for s in speeds.seconds.values())
     assert speeds.best in speeds.seconds
     assert not any(is_quantized(m) for m in model.modules())  # the probe's int8 copy leaves the model float

@@ -33,8 +33,8 @@ from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
 from nmt.errors import NmtError
 from nmt.inference.ensemble import Ensemble, check_same_pieces
-from nmt.inference.int8 import choose_decode_precision
 from nmt.inference.jobs import for_precision
+from nmt.inference.precision import choose_decode_precision
 from nmt.inference.processes import DecodeProcesses, ProcessSlot
 from nmt.inference.restore import restorable, restore_model
 from nmt.inference.scoring import PairScore, score_ids
