@@ -17,7 +17,7 @@ import yaml
 
 from nmt.config import config_from_dict
 from nmt.errors import NmtError
-from nmt.inference import int8 as quantize
+from nmt.inference import precision
 from nmt.machine import hardware, runtime
 from nmt.machine.hardware import NATIVE_BF16_FLAGS, Bf16Support
 from nmt.machine.runtime import choose_precision, resolve_precision, setup
@@ -117,9 +117,9 @@ def test_translate_says_its_precision(cpu_class: pytest.MonkeyPatch, tmp_path: P
     source = tmp_path / "in.txt"
     source.write_text("the cat sat .\n", encoding="utf-8")
     args = ["translate", "--checkpoint", str(checkpoint), "--input", str(source), "--device", "cpu"]
-    # decoding's auto is the fastest arithmetic by nmt.inference.int8's decoder-step probe (bf16 here)
-    speeds = quantize.DecodeSpeeds({"fp32": 1.0, "bf16": 0.4, "int8": 0.5})
-    cpu_class.setattr(quantize, "decode_speeds", lambda model, vocab: speeds)
+    # decoding's auto is the fastest arithmetic by nmt.inference.precision's decoder-step probe (bf16 here)
+    speeds = precision.DecodeSpeeds({"fp32": 1.0, "bf16": 0.4, "int8": 0.5})
+    cpu_class.setattr(precision, "decode_speeds", lambda model, vocab: speeds)
     assert run_cli([*args, "--precision", "auto"], cpu_class) == 0
     assert "precision bf16 (auto: decoder-step probe, time relative to fp32: fp32 1.00, bf16 0.40, int8 0.50)" in \
         capsys.readouterr().err
