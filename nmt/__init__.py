@@ -16,7 +16,8 @@ from typing import Any
 
 from nmt.config import Config, config_from_dict, load_config
 
-__all__ = ["Config", "ModelSpec", "Translator", "build_model", "config_from_dict", "load_config", "train"]
+__all__ = ["Config", "DecodeRequest", "ModelSpec", "Translator", "build_model", "config_from_dict", "load_config",
+           "train"]
 __version__ = "0.1.0"
 
 
@@ -30,6 +31,10 @@ def __getattr__(name: str) -> Any:
         from nmt.model.spec import ModelSpec
 
         return ModelSpec
+    if name == "DecodeRequest":
+        from nmt.inference.request import DecodeRequest
+
+        return DecodeRequest
     if name == "Translator":
         from nmt.inference.translator import Translator
 

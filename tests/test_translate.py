@@ -269,3 +269,31 @@ def test_unwritable_output_is_an_error(checkpoint: Path, tmp_path: Path, monkeyp
     assert run_cli(["translate", "--checkpoint", str(checkpoint), "--output", str(blocker / "out.txt")],
                    monkeypatch) == 2
     assert "not a writable directory" in capsys.readouterr().err
+
+
+def test_one_settings_value_and_one_request_travel_unchanged_to_the_search(translator: Translator,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import nmt.inference.translator as module
+    from nmt.inference.request import DecodeRequest, call_settings
+
+    seen: list[tuple[object, object, object]] = []
+    real = module.decode_sources
+
+    def spy(model: Any, sources: Any, settings: Any, runtime: Any, cap: Any, batch_size: Any, progress: Any,
+            sampling: Any, *rest: Any) -> Any:
+        seen.append((settings, batch_size, sampling))
+        return real(model, sources, settings, runtime, cap, batch_size, progress, sampling, *rest)
+
+    monkeypatch.setattr(module, "decode_sources", spy)
+    settings = call_settings(translator.config.decode, beam=3, nbest=2)
+    request = DecodeRequest(pretokenized=True, batch_size=2)
+    stream = list(translator.translate_stream(["a b", "c d e", "f"], 2, settings=settings, request=request))
+    assert len(stream) == 3 and all(len(n) == 2 for n in stream)
+    assert [s for s, _, _ in seen] == [settings, settings] and all(s is settings for s, _, _ in seen)
+    assert {b for _, b, _ in seen} == {2}
+    with pytest.raises(NmtError, match="--workers 0 must be at least 1"):
+        DecodeRequest(workers=0)
+    with pytest.raises(NmtError, match="--batch-size 0 must be at least 1"):
+        DecodeRequest(batch_size=0)
+    with pytest.raises(NmtError, match="--length-norm fairseq needs --search fairseq"):
+        call_settings(translator.config.decode, length_norm="fairseq")

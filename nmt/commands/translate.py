@@ -16,7 +16,6 @@ decode.precision)``); --quiet silences it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import itertools
 import os
@@ -29,7 +28,7 @@ from nmt.atomic import atomic_open
 from nmt.commands import add_checkpoints, add_quiet, checkpoint_paths
 from nmt.config import DecodeConfig, TrainConfig, choices
 from nmt.errors import NmtError
-from nmt.inference.threads import check_workers
+from nmt.inference.request import DecodeRequest, call_settings
 from nmt.inference.translator import Translator
 from nmt.search import Sampling
 from nmt.stdio import input_lines, is_std
@@ -127,8 +126,8 @@ def sampling_of(args: argparse.Namespace) -> Sampling | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sampling = sampling_of(args)
-    check_workers(args.workers)  # before the model loads
+    request = DecodeRequest(args.pretokenized, args.batch_size, args.workers, sampling_of(args),
+                            progress=not is_std(args.input) and not args.quiet)  # checked before the model loads
     output = None if is_std(args.output) else Path(args.output)
     if output is not None:
         _check_writable(output)
@@ -140,26 +139,19 @@ def run(args: argparse.Namespace) -> int:
     # the first buffer is read before the model loads: a missing or undecodable input fails at once
     first = [] if interactive else list(itertools.islice(lines, buffer_size))
     translator = Translator.from_checkpoints(checkpoint_paths(args), args.device, args.precision)
-    if args.search or args.length_norm:
-        config = translator.config
-        decode = dataclasses.replace(config.decode, search=args.search or config.decode.search,
-                                     length_norm=args.length_norm or config.decode.length_norm)
-        if decode.length_norm != "gnmt" and decode.search != "fairseq":
-            raise NmtError(f"--length-norm {decode.length_norm} needs --search fairseq")
-        translator.config = dataclasses.replace(config, decode=decode)
+    settings = call_settings(translator.config.decode, args.beam, args.lenpen, args.nbest, args.max_tokens, args.search,
+                             args.length_norm)
     if (interactive or not is_std(args.input)) and not args.quiet:  # not when filtering stdin to stdout
         print(f"precision {translator.runtime.describe_precision()}", file=sys.stderr)
     lines = itertools.chain(first, lines)
     with translator:  # stops the decoding processes of --workers
-        return _translate(args, translator, lines, output, buffer_size, sampling)
+        return _translate(translator, lines, output, buffer_size, settings, request)
 
 
-def _translate(args: argparse.Namespace, translator: Translator, lines: Iterator[str], output: Path | None,
-               buffer_size: int, sampling: Sampling | None) -> int:
-    with_scores = (args.nbest or translator.config.decode.nbest) > 1
-    results = translator.translate_stream(lines, buffer_size, args.beam, args.lenpen, args.nbest, args.max_tokens,
-                                          args.pretokenized, progress=not is_std(args.input) and not args.quiet,
-                                          batch_size=args.batch_size, sampling=sampling, workers=args.workers)
+def _translate(translator: Translator, lines: Iterator[str], output: Path | None, buffer_size: int,
+               settings: DecodeConfig, request: DecodeRequest) -> int:
+    with_scores = settings.nbest > 1
+    results = translator.translate_stream(lines, buffer_size, settings=settings, request=request)
     if output is None:
         _write(results, getattr(sys.stdout, "buffer", sys.stdout), with_scores, buffer_size)
         return 0

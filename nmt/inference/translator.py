@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from nmt.checkpoint.files import load_checkpoint
-from nmt.config import Config
+from nmt.config import Config, DecodeConfig
 from nmt.data.bpe import SentencePieceTokenizer
 from nmt.data.text import normalize_line
 from nmt.data.tokenize import moses_detokenize, moses_tokenize
@@ -36,6 +36,7 @@ from nmt.inference.ensemble import Ensemble, check_same_pieces
 from nmt.inference.jobs import for_precision
 from nmt.inference.precision import choose_decode_precision
 from nmt.inference.processes import DecodeProcesses, ProcessSlot
+from nmt.inference.request import DecodeRequest, call_settings
 from nmt.inference.restore import restorable, restore_model
 from nmt.inference.scoring import PairScore, score_ids
 from nmt.inference.threads import check_workers, map_ordered
@@ -168,64 +169,63 @@ class Translator:
     def translate_ids(self, sources: Sequence[Sequence[int]], beam: int | None = None, lenpen: float | None = None,
                       nbest: int | None = None, max_tokens: int | None = None, progress: bool = False,
                       batch_size: int | None = None, sampling: Sampling | None = None,
-                      first_index: int = 0, workers: int = 1) -> list[list[Hypothesis]]:
+                      first_index: int = 0, workers: int = 1, *, settings: DecodeConfig | None = None,
+                      request: DecodeRequest | None = None) -> list[list[Hypothesis]]:
         """Decode piece-id sources (without EOS) in length-sorted token-budget batches of at most ``batch_size``
         sentences (None: no limit); results in input order. With ``sampling``, ``nbest`` samples each instead of a
         search (``first_index``: the input index of ``sources[0]``, which with the seed fixes the samples).
-
         ``workers`` batches are decoded at a time, each on one intra-op thread: in processes where this translator
         can rebuild its model in them (:meth:`worker_processes`), else in threads (:mod:`nmt.inference.threads`).
-
+        ``settings`` and ``request`` (:mod:`nmt.inference.request`), when given, replace the keyword arguments.
         Empty sources are not decoded: they get ``nbest`` empty hypotheses with score 0.
         """
-        check_workers(workers)
-        overrides: dict[str, Any] = {"beam": beam, "lenpen": lenpen, "nbest": nbest, "max_tokens": max_tokens}
-        settings = dataclasses.replace(self.config.decode, **{k: v for k, v in overrides.items() if v is not None})
-        if settings.beam < 1:
-            raise NmtError(f"--beam {settings.beam} must be at least 1")
-        if sampling is None and not 1 <= settings.nbest <= settings.beam:
+        settings = settings or call_settings(self.config.decode, beam, lenpen, nbest, max_tokens)
+        request = request or DecodeRequest(False, batch_size, workers, sampling, progress)
+        return self._translate_ids(sources, settings, request, first_index)
+
+    def _translate_ids(self, sources: Sequence[Sequence[int]], settings: DecodeConfig, request: DecodeRequest,
+                       first_index: int) -> list[list[Hypothesis]]:
+        if request.sampling is None and settings.nbest > settings.beam:
             raise NmtError(f"--nbest {settings.nbest} must be between 1 and --beam {settings.beam}")
-        if settings.nbest < 1:
-            raise NmtError(f"--nbest {settings.nbest} must be at least 1")
-        if batch_size is not None and batch_size < 1:
-            raise NmtError(f"--batch-size {batch_size} must be at least 1")
         cap = self.positions - 1  # the step that forces EOS reads position max_len
-        runner = processes.decode if (processes := self.worker_processes(workers)) is not None else None
-        return decode_sources(self.model, sources, settings, self.runtime, cap, batch_size, progress, sampling,
-                              first_index, runner, functools.partial(map_ordered, workers=workers))
+        processes = self.worker_processes(request.workers)
+        return decode_sources(self.model, sources, settings, self.runtime, cap, request.batch_size,
+                              request.progress, request.sampling, first_index,
+                              None if processes is None else processes.decode,
+                              functools.partial(map_ordered, workers=request.workers))
 
     def translate(self, lines: Sequence[str], beam: int | None = None, lenpen: float | None = None,
                   nbest: int | None = None, max_tokens: int | None = None, pretokenized: bool = False,
                   progress: bool = False, first_line: int = 1, batch_size: int | None = None,
-                  sampling: Sampling | None = None, workers: int = 1) -> list[list[tuple[str, float]]]:
-        """Translate raw text lines.
+                  sampling: Sampling | None = None, workers: int = 1, *, settings: DecodeConfig | None = None,
+                  request: DecodeRequest | None = None) -> list[list[tuple[str, float]]]:
+        """Translate raw text lines (empty ones allowed): for each, its n-best list of ``(text, score)``, best first;
+        score is the length-penalised log-probability (0 for an empty line, whose translations are ``""``).
 
-        Args:
-            lines: one sentence per item (empty ones allowed).
-            beam, lenpen, nbest, max_tokens: decoding settings; None takes the checkpoint's ``decode`` section.
-            batch_size: at most this many sentences per batch (None: only ``max_tokens`` limits a batch).
-            pretokenized: the input is Moses-tokenized already; no Moses tokenization nor detokenization.
-            progress: show a tqdm bar on stderr.
-            first_line: the input line number of ``lines[0]``, for warnings (interactive use passes each line alone)
-                and, with ``sampling``, the key of its samples.
-            sampling: draw ``nbest`` samples per line (:mod:`nmt.search.sampling`) instead of searching.
-            workers: batches decoded at a time, one intra-op thread each (see :meth:`translate_ids`).
-
-        Returns:
-            For each line, its n-best list of ``(text, score)``, best first; score is the length-penalised
-            log-probability (0 for an empty line, whose translations are ``""``).
+        ``beam``, ``lenpen``, ``nbest``, ``max_tokens`` override the checkpoint's ``decode`` section; the other
+        keywords are those of :class:`DecodeRequest` (``pretokenized``: no Moses tokenization nor detokenization);
+        ``settings`` and ``request``, when given, replace them all (what the command line passes).
+        ``first_line`` is the input line number of ``lines[0]``, for warnings and, with ``sampling``, the key of
+        its samples.
         """
-        sources = self.encode(lines, pretokenized, first_line)
-        hyps = self.translate_ids(sources, beam, lenpen, nbest, max_tokens, progress, batch_size, sampling,
-                                  first_line - 1, workers)
+        settings = settings or call_settings(self.config.decode, beam, lenpen, nbest, max_tokens)
+        request = request or DecodeRequest(pretokenized, batch_size, workers, sampling, progress)
+        return self._translate(lines, settings, request, first_line)
+
+    def _translate(self, lines: Sequence[str], settings: DecodeConfig, request: DecodeRequest,
+                   first_line: int) -> list[list[tuple[str, float]]]:
+        sources = self.encode(lines, request.pretokenized, first_line)
+        hyps = self._translate_ids(sources, settings, request, first_line - 1)
         flat = [h for nbest_list in hyps for h in nbest_list]
-        texts = iter(self.decode([h.tokens for h in flat], pretokenized))
+        texts = iter(self.decode([h.tokens for h in flat], request.pretokenized))
         return [[(next(texts), h.score) for h in nbest_list] for nbest_list in hyps]
 
     def translate_stream(self, lines: Iterable[str], buffer_size: int, beam: int | None = None,
                          lenpen: float | None = None, nbest: int | None = None, max_tokens: int | None = None,
                          pretokenized: bool = False, progress: bool = False, batch_size: int | None = None,
-                         sampling: Sampling | None = None, workers: int = 1) -> Iterator[list[tuple[str, float]]]:
+                         sampling: Sampling | None = None, workers: int = 1, *,
+                         settings: DecodeConfig | None = None,
+                         request: DecodeRequest | None = None) -> Iterator[list[tuple[str, float]]]:
         """Translate an iterable of lines of any length in bounded memory: read ``buffer_size`` lines, translate
         them (see :meth:`translate`), yield their n-best lists in input order, then read the next buffer.
 
@@ -234,15 +234,15 @@ class Translator:
         """
         if buffer_size < 1:
             raise NmtError(f"--buffer-size {buffer_size} must be at least 1")
-        check_workers(workers)
+        settings = settings or call_settings(self.config.decode, beam, lenpen, nbest, max_tokens)
+        request = request or DecodeRequest(pretokenized, batch_size, workers, sampling, progress)
+        per_buffer = dataclasses.replace(request, progress=False)  # one bar for the stream, not one per buffer
         source = iter(lines)
         first_line = 1
         buffer = list(itertools.islice(source, buffer_size))  # a bad first line fails before a progress bar shows
-        with tqdm(unit="sent", disable=not progress, file=sys.stderr) as bar:
+        with tqdm(unit="sent", disable=not request.progress, file=sys.stderr) as bar:
             while buffer:
-                yield from self.translate(buffer, beam, lenpen, nbest, max_tokens, pretokenized,
-                                          first_line=first_line, batch_size=batch_size, sampling=sampling,
-                                          workers=workers)
+                yield from self._translate(buffer, settings, per_buffer, first_line)
                 first_line += len(buffer)
                 bar.update(len(buffer))
                 buffer = list(itertools.islice(source, buffer_size))
