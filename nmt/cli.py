@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "prepare": "download and prepare a corpus (TED talks pairs, IWSLT'15 en-vi, or local files)",
     "train": "train a model from a YAML config",
     "translate": "translate a file or stdin with a checkpoint",
+    "serve": "serve a checkpoint over HTTP: a JSON API and a web page, batching concurrent requests",
     "score": "score translations with a checkpoint (force-decoding: log-probability of each target)",
     "evaluate": "score hypotheses against references (sacreBLEU, chrF, tokenized BLEU, bootstrap)",
     "average": "average the parameters of several checkpoints",

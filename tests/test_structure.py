@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nmt"
 ROOT = "root"  # the modules directly in nmt/: what every layer uses
 ROOT_MODULES = {"__init__", "__main__", "atomic", "cli", "config", "errors", "metrics", "presets", "stdio", "vocab"}
 CORE = {"modules", "model", "kernels", "machine", "checkpoint", "data", "search", "inference", "training"}
-ABOVE = {"commands", "experiments", "perf", "gpucheck"}
+ABOVE = {"commands", "experiments", "perf", "gpucheck", "serve"}
 # package -> the packages it may import (its own and the root's always allowed, except as noted for the root)
 LAYERS: dict[str, set[str]] = {
     ROOT: {"data", "machine", "commands"},  # metrics and stdio read text through data/; cli starts the commands
@@ -47,7 +47,8 @@ LAYERS: dict[str, set[str]] = {
     "perf": CORE,
     "experiments": CORE | {"perf"},
     "gpucheck": CORE | {"perf", "experiments"},
-    "commands": CORE | {"perf", "experiments", "gpucheck"},
+    "serve": CORE,
+    "commands": CORE | {"perf", "experiments", "gpucheck", "serve"},
 }
 
 
