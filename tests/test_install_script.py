@@ -75,3 +75,14 @@ def test_failed_apt_get_leaves_a_note(machine: tuple[ModuleType, Path, Path, Pat
 def test_the_probe_runs_the_installed_allocator_finder() -> None:
     script = _script()
     assert script.has_tcmalloc(Path(sys.executable)) == (find_tcmalloc(environ=dict(os.environ)) is not None)
+
+
+def test_missing_browser_is_installed_and_a_present_one_left_alone(machine: tuple[ModuleType, Path, Path, Path],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    script, _, _, log = machine
+    script.install_browser()  # the fixture's which() finds apt-get only
+    assert "install -y -q --no-install-recommends chromium chromium-driver" in log.read_text()
+    log.unlink()
+    monkeypatch.setattr(script.shutil, "which", lambda name: f"/usr/bin/{name}")
+    script.install_browser()
+    assert not log.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -182,3 +183,33 @@ def test_sigterm_under_load_answers_what_it_accepted_and_exits_zero(checkpoint: 
         statuses = [f.result() for f in futures]
     assert running.process.wait(timeout=60) == 0
     assert statuses.count(200) >= 1 and set(statuses) <= {200, -1}, statuses
+
+
+def test_the_page_translates_in_a_real_browser(service: Service) -> None:
+    """Headless Chromium (Debian's chromium and chromium-driver, which make install sets up as root): type a
+    sentence, click Translate, read the translation from the page."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service as DriverService
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if browser is None or driver_path is None:
+        pytest.skip("needs chromium and chromedriver (scripts/install puts them there as root)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=DriverService(executable_path=driver_path), options=options)
+    try:
+        driver.get(f"http://127.0.0.1:{service.port}/")
+        assert "tiny.pt" in driver.find_element(By.ID, "model").text
+        driver.find_element(By.ID, "source").send_keys("the big cat sat on the mat .")
+        driver.find_element(By.ID, "translate").click()
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+        shown = driver.find_element(By.ID, "output")
+        assert shown.get_attribute("class") != "error", shown.text
+        expected = service.translate({"text": ["the big cat sat on the mat ."]})[1]["translations"][0]["text"]
+        assert expected and shown.text == expected.strip()
+    finally:
+        driver.quit()
