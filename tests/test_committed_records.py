@@ -48,6 +48,7 @@ README = "README.md"
 R120 = "docs/results/cpu-gl-en-120/README.md"
 BPEDROP = "docs/results/cpu-gl-en-120-bpedrop01/README.md"
 PERFORMANCE = "docs/performance.md"
+PROBES = "docs/results/cpu-recipe-probes-2026-12-06/README.md"
 BLEU_CLAIMS: dict[str, list[tuple[str, str]]] = {  # hypothesis file under docs/results -> [(document, text)]
     "cpu-gl-en-120/test.k1_s8400.hyp": [
         (README, "best checkpoint by then (step 8,400) **{}** (15.67)"),
@@ -78,6 +79,15 @@ BLEU_CLAIMS: dict[str, list[tuple[str, str]]] = {  # hypothesis file under docs/
     "cpu-gl-en-probes-2026-12-04/bpedrop01/dev.avg8_s8400.hyp": [(PERFORMANCE, "`data.bpe_dropout`) 16.65 / {}")],
     "cpu-gl-en-probes-2026-12-04/drop03all/dev.s8400.hyp": [(PERFORMANCE, "model.act_dropout=0.3`) {} / 17.45")],
     "cpu-gl-en-probes-2026-12-04/drop03all/dev.avg8_s8400.hyp": [(PERFORMANCE, "model.act_dropout=0.3`) 17.73 / {}")],
+    "cpu-recipe-probes-2026-12-06/preset-ema/dev.raw.s8400.hyp": [(PROBES, "| `preset-ema` (lr 1e-3) | {} / 17.37 |")],
+    "cpu-recipe-probes-2026-12-06/preset-ema/dev.avg8.s8400.hyp": [(PROBES, "| 18.12 / 17.37 | {} / 17.29 |")],
+    "cpu-recipe-probes-2026-12-06/preset-ema/dev.ema.s8400.hyp": [(PROBES, "| 18.12 / 17.29 | {} / 17.07 |")],
+    "cpu-recipe-probes-2026-12-06/lr2e3-ema/dev.raw.s8400.hyp": [(PROBES, "| `lr2e3-ema` (lr 2e-3) | {} / 17.25 |")],
+    "cpu-recipe-probes-2026-12-06/lr2e3-ema/dev.avg8.s8400.hyp": [(PROBES, "| 17.96 / 17.25 | **{}** / 17.53 |")],
+    "cpu-recipe-probes-2026-12-06/lr2e3-ema/dev.ema.s8400.hyp": [(PROBES, "| **18.33** / 17.53 | {} / 17.39 |")],
+    "cpu-recipe-probes-2026-12-06/lr2e3-ema/test.avg8.s8400.hyp": [
+        (PROBES, "`lr2e3-ema/test.avg8.s8400.hyp`): **{}** tokenized"),
+        (README, "test BLEU of the candidate chosen on dev **{}**")],
 }
 RESULTS = ROOT / "docs" / "results"
 BENCH = ROOT / "bench"
