@@ -153,17 +153,27 @@ def test_unknown_paths_and_methods_answer_json(service: Service) -> None:
     assert status == 405 and "GET /translate" in answer["error"]
 
 
-def test_a_killed_decoding_process_answers_503_then_is_replaced(service: Service) -> None:
+def test_a_decoding_process_killed_holding_a_batch_answers_503_then_is_replaced(service: Service) -> None:
     lines = synthetic_sentences(60, seed=3)  # several batches: both decoding processes get work
     assert service.translate({"text": lines, "pretokenized": True})[0] == 200
     workers = _children(service.process.pid)
     assert len(workers) == 2
-    os.kill(workers[0], signal.SIGKILL)
-    status, answer = service.translate({"text": lines, "pretokenized": True})
-    assert status == 503 and "decoding failed" in answer["error"] and str(workers[0]) in answer["error"]
+    for pid in workers:  # stopped, they take their batches and hold them
+        os.kill(pid, signal.SIGSTOP)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        held = pool.submit(service.translate, {"text": lines, "pretokenized": True})
+        deadline = time.time() + 30
+        while service.call("GET", "/health")[1]["queue"] == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the batch has gone to the stopped processes
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        status, answer = held.result(timeout=60)
+    assert status == 503 and "decoding failed" in answer["error"]
+    assert any(str(pid) in answer["error"] for pid in workers), answer["error"]
     status, answer = service.translate({"text": lines, "pretokenized": True})
     assert status == 200 and len(answer["translations"]) == 60
-    assert workers[0] not in _children(service.process.pid)
+    assert not set(workers) & set(_children(service.process.pid))  # replaced
 
 
 def test_sigterm_under_load_answers_what_it_accepted_and_exits_zero(checkpoint: Path) -> None:
