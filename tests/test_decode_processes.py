@@ -17,6 +17,7 @@ import torch
 from nmt.checkpoint.files import checkpoint_bytes, load_checkpoint
 from nmt.errors import NmtError
 from nmt.inference.processes import HEADER, DecodeProcesses, read_frame, serve, write_frame
+from nmt.inference.request import DecodeRequest, call_settings
 from nmt.inference.restore import restorable
 from nmt.inference.threads import intra_op_threads
 from nmt.inference.translator import Translator
@@ -85,6 +86,24 @@ def test_int8_ensemble_in_processes(checkpoints: list[Path]) -> None:
         parallel = translator.translate_ids(sources, batch_size=3, workers=2)
         assert _tokens_and_scores(parallel) == _tokens_and_scores(alone)
         assert len(_worker_pids()) == 2
+    assert _worker_pids() == set()
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+def test_isolated_one_worker_decodes_in_one_process_with_every_thread(checkpoints: list[Path]) -> None:
+    """``nmt serve``'s route: one worker, ``isolated``: one decoding process running this process's intra-op
+    threads, giving what this process gives with those threads."""
+    with Translator.from_checkpoint(checkpoints[0], device="cpu") as translator, intra_op_threads(2):
+        sources = translator.encode(synthetic_sentences(9, seed=3), pretokenized=True)
+        here = translator.translate_ids(sources, beam=3, batch_size=4)
+        assert _worker_pids() == set()  # one worker, not isolated: in this process
+        request = DecodeRequest(True, 4, 1, isolated=True)
+        isolated = translator.translate_ids(sources, settings=call_settings(translator.config.decode, beam=3),
+                                            request=request)
+        pool = translator.worker_processes(1, isolated=True)
+        assert pool is not None and pool.size == 1 and pool.threads == [2] and set(pool.pids) == _worker_pids()
+        assert _tokens_and_scores(isolated) == _tokens_and_scores(here)
+        assert translator.worker_processes(2) is not pool  # two one-thread workers replace it
     assert _worker_pids() == set()
 
 

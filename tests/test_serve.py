@@ -104,7 +104,7 @@ def test_one_request_health_and_page(service: Service) -> None:
     status, health = service.call("GET", "/health")
     assert status == 200 and health["status"] == "ok" and health["workers"] == 2
     assert health["model"].endswith("tiny.pt") and health["precision"].startswith("fp32")
-    assert "torch" in health["machine"]
+    assert "torch" in health["machine"] and health["batches"] >= 1 and health["batched_sentences"] >= 2
     status, page = service.call("GET", "/")
     assert status == 200 and "<button id=\"translate\"" in page and "tiny.pt" in page
 

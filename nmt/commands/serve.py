@@ -3,10 +3,11 @@
     nmt serve --checkpoint runs/gl-en-cpu/checkpoint_best.pt --port 8080
     curl -s localhost:8080/translate -H 'Content-Type: application/json' -d '{"text": ["Ola mundo ."]}'
 
-Sentences of requests that arrive within a few milliseconds decode as one batch (``--window-ms``); ``--workers N``
-decodes N batches at a time in decoding processes, as ``nmt translate --workers``. The service binds to loopback
-unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers what is in flight, and exits 0. It
-needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and uvicorn).
+Sentences of requests that arrive within a few milliseconds of each other decode as one batch (``--window-ms``), in
+a decoding process, never in the process that answers HTTP: one process on every core by default, or with
+``--workers N`` N batches at a time in N processes of one core each, as ``nmt translate --workers``. The service
+binds to loopback unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers what is in flight,
+and exits 0. It needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and uvicorn).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="batches decoded at a time, each in a decoding process on one core (default: 1)")
+                        help="batches decoded at a time: 1 (default) decodes in one process on every core, N in "
+                             "N processes of one core each")
     parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
     parser.add_argument("--precision", choices=choices(DecodeConfig, "precision"), default=None,
                         help="decoding arithmetic (default: the checkpoint's decode.precision)")
@@ -36,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body", type=int, default=1_000_000, help="request body bytes at most (%(default)s)")
     parser.add_argument("--max-beam", type=int, default=16, help="largest beam or nbest a request may ask")
     parser.add_argument("--window-ms", type=float, default=5.0,
-                        help="how long a batch waits for more requests after its first (default: %(default)s)")
+                        help="how long a batch waits for the next request before it decodes; a burst gathers for "
+                             "ten windows at most (default: %(default)s)")
     parser.add_argument("--name", help="the model's name on the page and in answers (default: the checkpoint's "
                                        "file and folder)")
 
@@ -65,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or " + ".join(f"{Path(p).parent.name}/{Path(p).name}" for p in paths)
     options = ServiceOptions(name, settings, Limits(args.max_sentences, args.max_chars, args.max_body, args.max_beam),
                              args.workers, args.window_ms / 1000)
+    translator.worker_processes(args.workers, isolated=True)  # started now: the first request waits for no start-up
     app = build_app(translator, options)
     print(f"serving {name} ({translator.runtime.describe_precision()}) on http://{args.host}:{args.port}",
           file=sys.stderr, flush=True)

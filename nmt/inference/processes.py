@@ -1,5 +1,9 @@
 """Decoding processes: ``--workers N`` on a CPU decodes N batches side by side in N processes, one intra-op thread
-each (CTranslate2's ``inter_threads``, which keeps one model replica per worker too).
+each (CTranslate2's ``inter_threads``, which keeps one model replica per worker too). ``nmt serve`` also decodes
+its one-worker batches in a process, there with every intra-op thread (``threads``): its event loop's process then
+runs no torch, and the decoding process's OpenMP team is the only one spinning on the cores (a second team, such as
+a decoding thread's beside the main thread's, made two-thread decoding no faster than one thread, measured in
+``docs/usage.md``).
 
 Threads in one process would share the GIL: a beam-search step is hundreds of small torch operations with Python
 between them, and two threads decoded only 1.4-1.55x as fast as one (``docs/performance.md``). A process per worker
@@ -47,7 +51,11 @@ from nmt.search.batches import DecodeJob, run_job
 
 HEADER = struct.Struct(">Q")  # a frame: its length in bytes, then the bytes
 STOP_SECONDS = 5.0  # how long a worker may take to exit after its stdin closes before it is killed
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # no idle OpenMP pool per worker
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """OpenMP and MKL told ``threads`` threads (one: no idle OpenMP pool per worker)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def write_frame(stream: IO[bytes], data: bytes) -> None:
@@ -146,10 +154,10 @@ def _stop(workers: Sequence[_Worker]) -> None:
             worker.proc.stdout.close()
 
 
-def worker_environment() -> dict[str, str]:
-    """The parent's environment (its allocator preload and settings included), this package importable, and one
-    OpenMP thread."""
-    env = dict(os.environ, **ONE_THREAD)
+def worker_environment(threads: int = 1) -> dict[str, str]:
+    """The parent's environment (its allocator preload and settings included), this package importable, and
+    ``threads`` OpenMP threads."""
+    env = dict(os.environ, **thread_environment(threads))
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
@@ -164,17 +172,20 @@ class DecodeProcesses:
         members: :func:`nmt.inference.restore.restorable` entries of each checkpoint (several: an ensemble).
         precision: the resolved decoding precision (fp32, bf16, fp16 or int8).
         size: how many processes.
+        threads: intra-op threads of each (``threads`` answers what each process runs with).
 
     Raises:
         NmtError: a process could not start or rebuild the model (the others are stopped).
     """
 
-    def __init__(self, members: Sequence[dict[str, Any]], precision: str, size: int) -> None:
-        if precision == "fp32":  # the workers' fp32 route is the one-thread route: measured once, here (cached)
-            with intra_op_threads(1):
+    def __init__(self, members: Sequence[dict[str, Any]], precision: str, size: int, threads: int = 1) -> None:
+        if threads < 1:
+            raise NmtError(f"decoding processes need at least one thread each, not {threads}")
+        if precision == "fp32":  # the workers' fp32 route is that of their thread count: measured once, here (cached)
+            with intra_op_threads(threads):
                 fp32_gemm.choice()
-        model = checkpoint_bytes({"members": list(members), "precision": precision})
-        env = worker_environment()
+        model = checkpoint_bytes({"members": list(members), "precision": precision, "threads": threads})
+        env = worker_environment(threads)
         self._workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _stop, self._workers)  # stops those started, whatever happens
         try:
@@ -182,8 +193,7 @@ class DecodeProcesses:
                 self._workers.append(_Worker(index, env))
             for worker in self._workers:
                 worker.send(model)
-            for worker in self._workers:
-                worker.receive()
+            self.threads = [int(worker.receive()) for worker in self._workers]  # what each runs with
         except BaseException:
             self.close()
             raise
@@ -225,11 +235,13 @@ class ProcessSlot:
     def __init__(self, entries: Sequence[dict[str, Any]], precision: str) -> None:
         self.entries, self.precision = tuple(entries), precision
         self.pool: DecodeProcesses | None = None
+        self.threads = 1
 
-    def get(self, size: int) -> DecodeProcesses:
-        if self.pool is None or self.pool.size != size or not self.pool.alive:
+    def get(self, size: int, threads: int = 1) -> DecodeProcesses:
+        if self.pool is None or self.pool.size != size or self.threads != threads or not self.pool.alive:
             self.close()
-            self.pool = DecodeProcesses(self.entries, self.precision, size)
+            self.pool = DecodeProcesses(self.entries, self.precision, size, threads)
+            self.threads = threads
         return self.pool
 
     def close(self) -> None:
@@ -254,8 +266,10 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
         init = read_frame(inp)
         if init is None:
             return 0
-        model, runtime = _replica(torch.load(io.BytesIO(init), map_location="cpu", weights_only=True))
-        _send(out, "ready", None)
+        loaded = torch.load(io.BytesIO(init), map_location="cpu", weights_only=True)
+        torch.set_num_threads(int(loaded.get("threads", 1)))
+        model, runtime = _replica(loaded)
+        _send(out, "ready", torch.get_num_threads())
         while (frame := read_frame(inp)) is not None:
             job = pickle.loads(frame)
             try:

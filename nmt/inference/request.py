@@ -29,6 +29,9 @@ class DecodeRequest:
             rebuilt in them, else threads).
         sampling: draw ``nbest`` samples per sentence (:mod:`nmt.search.sampling`) instead of searching.
         progress: a tqdm bar on stderr.
+        isolated: with one worker too, decode in a decoding process holding every intra-op thread, not in the
+            calling process (``nmt serve``: its event loop's process then runs no torch); where the model cannot be
+            rebuilt in a process (a GPU, no checkpoint entries) it decodes in the calling process as usual.
     """
 
     pretokenized: bool = False
@@ -36,6 +39,7 @@ class DecodeRequest:
     workers: int = 1
     sampling: Sampling | None = None
     progress: bool = False
+    isolated: bool = False
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -112,12 +112,15 @@ class Translator:
         return cls(cast(Seq2Seq[Any], Ensemble([model for model, _, _ in restored])), config, tokenizer, dev,
                    precision, entries)
 
-    def worker_processes(self, workers: int) -> DecodeProcesses | None:
-        """The decoding processes that ``workers`` batches at a time use, started on first use and kept for the
-        next call (replaced when ``workers`` changes or one has died); None where decoding stays in this process:
-        one worker, a GPU, or no checkpoint entries to rebuild the model from (threads then)."""
+    def worker_processes(self, workers: int, isolated: bool = False) -> DecodeProcesses | None:
+        """The decoding processes that ``workers`` batches at a time use (one intra-op thread each), started on
+        first use and kept for the next call (replaced when ``workers`` changes or one has died); with ``isolated``
+        and one worker, one process with this process's intra-op threads. None where decoding stays in this process:
+        one worker not ``isolated``, a GPU, or no checkpoint entries to rebuild the model from (threads then)."""
         check_workers(workers)
-        return None if workers == 1 or self.processes is None else self.processes.get(workers)
+        if self.processes is None or (workers == 1 and not isolated):
+            return None
+        return self.processes.get(workers, torch.get_num_threads() if workers == 1 else 1)
 
     def close(self) -> None:
         """Stop the decoding processes, if any (a later call with ``workers`` > 1 starts new ones)."""
@@ -188,7 +191,7 @@ class Translator:
         if request.sampling is None and settings.nbest > settings.beam:
             raise NmtError(f"--nbest {settings.nbest} must be between 1 and --beam {settings.beam}")
         cap = self.positions - 1  # the step that forces EOS reads position max_len
-        processes = self.worker_processes(request.workers)
+        processes = self.worker_processes(request.workers, request.isolated)
         return decode_sources(self.model, sources, settings, self.runtime, cap, request.batch_size,
                               request.progress, request.sampling, first_index,
                               None if processes is None else processes.decode,

@@ -56,6 +56,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def decode_request(lines: Sequence[str], pretokenized: bool, workers: int) -> DecodeRequest:
+    """How the service decodes a gathered batch: in its decoding processes, never in the event loop's process (one
+    process with every intra-op thread for one worker), split into ``workers`` length-sorted batches so that every
+    process takes one (a gathered batch fits one token budget: unsplit, one process would decode it alone)."""
+    return DecodeRequest(pretokenized, -(-len(lines) // workers) if workers > 1 else None, workers, isolated=True)
+
+
 def build_app(translator: Translator, options: ServiceOptions) -> Starlette:
     """The service for ``translator`` (which it closes when the service stops)."""
     settings = options.settings
@@ -63,7 +70,7 @@ def build_app(translator: Translator, options: ServiceOptions) -> Starlette:
     def translate(lines: Sequence[str], key: tuple[bool, int | None, int | None]) -> Hypotheses:
         pretokenized, beam, nbest = key
         call = call_settings(settings, beam=beam, nbest=nbest)
-        return translator.translate(lines, settings=call, request=DecodeRequest(pretokenized, None, options.workers))
+        return translator.translate(lines, settings=call, request=decode_request(lines, pretokenized, options.workers))
 
     batcher = DynamicBatcher(translate, options.window, options.max_batch)
     precision = translator.runtime.describe_precision()
@@ -90,6 +97,7 @@ def build_app(translator: Translator, options: ServiceOptions) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": options.name, "precision": precision,
                              "machine": describe_machine(machine_info()), "queue": batcher.pending,
+                             "batches": batcher.batches, "batched_sentences": batcher.decoded,
                              "workers": options.workers, "beam": settings.beam})
 
     async def page(request: Request) -> Response:
