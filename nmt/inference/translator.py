@@ -113,12 +113,10 @@ class Translator:
                    precision, entries)
 
     def worker_processes(self, workers: int, isolated: bool = False) -> DecodeProcesses | None:
-        """The decoding processes that ``workers`` batches at a time use (one intra-op thread each), started on
-        first use and kept for the next call (replaced when ``workers`` changes or one has died); with ``isolated``
-        and one worker, one process with this process's intra-op threads. None where decoding stays in this process:
-        one worker not ``isolated``, a GPU, or no checkpoint entries to rebuild the model from (threads then)."""
-        check_workers(workers)
-        if self.processes is None or (workers == 1 and not isolated):
+        """The decoding processes of ``workers`` batches at a time (one thread each; ``isolated`` one worker: one
+        process with this one's threads), kept between calls; None where decoding stays in this process (one
+        worker not ``isolated``, a GPU, no checkpoint entries to rebuild the model from: threads then)."""
+        if self.processes is None or (check_workers(workers) == 1 and not isolated):
             return None
         return self.processes.get(workers, torch.get_num_threads() if workers == 1 else 1)
 
