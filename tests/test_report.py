@@ -197,7 +197,8 @@ def test_markdown(report: dict[str, Any]) -> None:
     assert "| 300 | 1h02 | 15.00 (300) |" in run_row and "| 16.50 [15.00, 18.00] |" in run_row
     assert "| gl-en | prenorm_layernorm | 1 | missing |" in text
     assert "- gl-en-qknorm-s1: CPU A (avx2), 2 threads; then CPU B (avx512f), 4 threads" in text  # the machines
-    assert "Clark et al. 2011" in text and "## Learned QKNorm g" in text
+    assert "Clark et al. 2011" in text and "## Learned QKNorm g" in text and "## Conclusion" in text
+    assert "- gl-en: qknorm against prenorm_fixnorm_scalenorm: " in text
     assert "![dev BLEU, gl-en](dev_bleu_gl-en.png)" in text
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nmt.experiments.conclusion import conclusions
 from nmt.experiments.report import write_json
 
 SIGNIFICANCE_LEVEL = 0.05
@@ -155,6 +156,10 @@ def format_markdown(results: dict[str, Any], plots: dict[str, str] | None = None
         "only published for en-vi; *(expected)* is the TwT baseline's published BLEU + "
         f"{results['qknorm_average_gain']}, QKNorm's published average gain. Δ = our mean − published (or expected).",
         *tests_note(results), "",
+        "## Conclusion", "",
+        *[f"- {sentence}" for sentence in conclusions(results)], "",
+        "The rule: `nmt/experiments/conclusion.py` (better or worse only where the seeds × sentences test gives "
+        "p < 0.05 and the interval excludes 0).", "",
         "## Runs", "",
         *runs_table(results), "",
     ]
