@@ -6,10 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmt.experiments.conclusion import conclusions
+from nmt.experiments.conclusion import SIGNIFICANCE_LEVEL, conclusions
 from nmt.experiments.report import write_json
-
-SIGNIFICANCE_LEVEL = 0.05
 
 
 def _num(value: float | None, digits: int = 2, signed: bool = False) -> str:
