@@ -202,7 +202,8 @@ def decode_reports(pattern: str) -> list[str]:
     return sorted(path.name for path in BENCH.glob(f"peers-decode-{pattern}.md"))
 
 
-EPOCH_RUNS = [f"peers-epoch-2026-12-01-{run}.md" for run in ("s6", "s6-b", "s6-c", "s7", "s8", "s10")]
+EPOCH_RUNS = [*(f"peers-epoch-2026-12-01-{run}.md" for run in ("s6", "s6-b", "s6-c", "s7", "s8", "s10")),
+              "peers-epoch-2026-12-07-intel-marian.md"]
 # The decoding runs of 2026-12-01 by machine, labelled as in docs/performance.md.
 MACHINES = {"C": "2026-12-01", "D": "2026-12-01-[bc]", "E": "2026-12-01-s6*", "G": "2026-12-01-s8*",
             "H": "2026-12-01-s9*", "I": "2026-12-01-s10"}
@@ -222,6 +223,16 @@ def test_the_training_ratios_are_median_and_range_of_every_run() -> None:
     others = {path.name for path in BENCH.glob("peers-epoch*.md")} - set(EPOCH_RUNS)
     assert others == {"peers-epoch.md", "peers-epoch-2026-12-01.md", "peers-epoch-2026-12-01-tcmalloc.md",
                       "peers-epoch-2026-12-01-tcmalloc-2.md", "peers-epoch-2026-12-02-zen5.md"}
+
+
+def test_the_marian_training_ratios_are_their_report() -> None:
+    rows = bench_rows("peers-epoch-2026-12-07-intel-marian.md")
+    speed = {tool: row["sentences/s"] for tool, row in rows.items()}
+    marian, fairseq = speed["Marian 1.12.42, fp32"], speed["fairseq 0.12.3.1, fp32"]
+    assert_quoted(README, "{}", f"Marian 1.12.42 fp32 (1 run): {marian / fairseq:.2f}× fairseq, ours bf16 "
+                                f"{speed['nmt (ours), bf16 autocast'] / marian:.2f}× and fp32 "
+                                f"{speed['nmt (ours), fp32'] / marian:.2f}× Marian")
+    assert_quoted(README, "(Marian: {} MiB)", f"{rows['Marian 1.12.42, fp32']['peak RSS MiB']:,.0f}")
 
 
 def test_the_zen5_training_ratios_are_their_report() -> None:
