@@ -55,7 +55,7 @@ def stream():
     return len(src) / (time.perf_counter() - t), res
 
 
-for rep in range(2):
+for _ in range(2):
     a, out = cli()
     b, res = stream()
     same = sum(out[i][0].tokens == res[i][0].tokens for i in range(len(src)))

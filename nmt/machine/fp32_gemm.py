@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -138,8 +139,8 @@ def _speedup(routes: Mapping[str, Callable[[], object]]) -> float:
     in turn (after one untimed call each: library initialisation, kernel generation)."""
     for fn in routes.values():
         fn()
-    ratios = sorted(_best_seconds(routes["mkl"]) / _best_seconds(routes["onednn"]) for _ in range(PROBE_ROUNDS))
-    return ratios[len(ratios) // 2]
+    return statistics.median(_best_seconds(routes["mkl"]) / _best_seconds(routes["onednn"])
+                             for _ in range(PROBE_ROUNDS))
 
 
 def probe() -> dict[str, float]:
