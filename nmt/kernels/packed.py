@@ -37,7 +37,10 @@ def available(dtype: torch.dtype = torch.bfloat16) -> bool:
                and hasattr(ops, "_linear_pointwise"))
     if dtype == torch.float32:
         return bool(has_ops)
-    return bool(has_ops) and dtype == torch.bfloat16 and hardware.bf16_support().native
+    # oneDNN's own check first: its bf16 reorder does not exist on a CPU it has no bf16 kernels for (AVX2 only),
+    # whatever a probe (or a test faking a CPU class) says
+    return (bool(has_ops) and dtype == torch.bfloat16 and hardware.onednn_bf16() is not False
+            and hardware.bf16_support().native)
 
 
 @dataclass(frozen=True)
