@@ -39,6 +39,21 @@ def test_decode_table_lists_every_decoder_with_bleu_and_ratios() -> None:
     assert "first 1112 test sentences" in "\n".join(lines)
 
 
+def test_ctranslate2_is_measured_with_both_backends_off_intel_and_its_best_counts() -> None:
+    peers = load_bench_peers()
+    assert peers.ct2_backends("GenuineIntel") == [("", {})]  # its default there is MKL already
+    assert peers.ct2_backends("AuthenticAMD") == [("", {"CT2_USE_MKL": "0"}), ("-mkl", {"CT2_USE_MKL": "1"})]
+    assert peers.ct2_backends("") == peers.ct2_backends("AuthenticAMD")
+    trained = {"minutes": 30, "updates": {"ours": 900, "fairseq": 900}, "fairseq": record(1000, 7.3),
+               "ours": record(1500, 7.1), "ct2-float32": record(1200, 7.3), "ct2-float32-mkl": record(1250, 7.3),
+               "ct2-int8-mkl-inter": record(3000, 7.1)}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in peers.decode_table(trained, 100)
+            if line.startswith("| ") and "---" not in line}
+    assert "| 1.50x | 0.50x |" in rows["nmt (ours), fp32"]  # against the best CTranslate2 row, MKL's int8 workers
+    assert "CTranslate2 4.8.5, float32, MKL forced (CT2_USE_MKL=1)" in rows
+    assert "CTranslate2 4.8.5, int8, MKL forced (CT2_USE_MKL=1), inter_threads (one batch per thread)" in rows
+
+
 def test_training_table_puts_our_matmul_roof_beside_the_speeds() -> None:
     import argparse
 

@@ -25,6 +25,20 @@ def cpu_flags() -> frozenset[str]:
 
 
 @functools.cache
+def cpu_vendor() -> str:
+    """The x86 ``vendor_id`` of /proc/cpuinfo (``GenuineIntel``, ``AuthenticAMD``); empty elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return ""
+
+
+@functools.cache
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo, else the platform's processor string)."""
     try:
