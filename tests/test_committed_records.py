@@ -199,7 +199,12 @@ def ranged(summary: tuple[str, str, int]) -> str:
 
 
 def decode_reports(pattern: str) -> list[str]:
-    return sorted(path.name for path in BENCH.glob(f"peers-decode-{pattern}.md"))
+    """The decoding reports of the Intel class (the README's Intel rows); the other classes' carry their name."""
+    return sorted(path.name for path in BENCH.glob(f"peers-decode-{pattern}.md")
+                  if not any(other in path.name for other in OTHER_CLASSES))
+
+
+OTHER_CLASSES = ("-amd-", "-zen")  # report names of the non-Intel classes
 
 
 EPOCH_RUNS = [*(f"peers-epoch-2026-12-01-{run}.md" for run in ("s6", "s6-b", "s6-c", "s7", "s8", "s10")),
@@ -222,7 +227,8 @@ def test_the_training_ratios_are_median_and_range_of_every_run() -> None:
     # The other epoch reports are of older code (2026-11-30, 2026-12-01 before E) or of another class.
     others = {path.name for path in BENCH.glob("peers-epoch*.md")} - set(EPOCH_RUNS)
     assert others == {"peers-epoch.md", "peers-epoch-2026-12-01.md", "peers-epoch-2026-12-01-tcmalloc.md",
-                      "peers-epoch-2026-12-01-tcmalloc-2.md", "peers-epoch-2026-12-02-zen5.md"}
+                      "peers-epoch-2026-12-01-tcmalloc-2.md", "peers-epoch-2026-12-02-zen5.md",
+                      "peers-epoch-2026-12-07-amd-avx2.md"}
 
 
 def test_the_marian_training_ratios_are_their_report() -> None:
@@ -241,6 +247,20 @@ def test_the_zen5_training_ratios_are_their_report() -> None:
     reported = [rows[tool]["vs fairseq (sentences/s)"] for tool in ("nmt (ours), bf16 autocast", "nmt (ours), fp32")]
     assert epoch_ratios(name) == pytest.approx(reported, abs=0.01)  # the report's ratios use the unrounded speeds
     assert_quoted(README, "{}", f"bf16 **{reported[0]:.2f}×** fairseq, fp32 **{reported[1]:.2f}×**")
+
+
+def test_the_amd_avx2_training_figures_are_their_report() -> None:
+    rows = bench_rows("peers-epoch-2026-12-07-amd-avx2.md")
+    speed = {tool: row["sentences/s"] for tool, row in rows.items()}
+    ours, fairseq, marian = (speed[tool] for tool in ("nmt (ours), fp32", "fairseq 0.12.3.1, fp32",
+                                                       "Marian 1.12.42, fp32"))
+    assert rows["nmt (ours), fp32"]["vs fairseq (sentences/s)"] == pytest.approx(ours / fairseq, abs=0.01)
+    assert_quoted(README, "{}", f"fp32 **{ours / fairseq:.2f}×** fairseq, **{ours / marian:.2f}×** Marian")
+    assert_quoted(README, "{}", f"fairseq 0.12.3 fp32: {fairseq:.1f}; Marian 1.12.42 fp32: {marian:.1f} "
+                                f"({marian / fairseq:.2f}× fairseq)")
+    memory = {tool: f"{row['peak RSS MiB']:,.0f}" for tool, row in rows.items()}
+    assert_quoted(README, "{}", f"fp32 {memory['nmt (ours), fp32']} MiB | fairseq "
+                                f"{memory['fairseq 0.12.3.1, fp32']} MiB, Marian {memory['Marian 1.12.42, fp32']} MiB")
 
 
 def test_the_decoding_ratios_are_median_and_range_of_every_run() -> None:
