@@ -263,6 +263,34 @@ def test_the_amd_avx2_training_figures_are_their_report() -> None:
                                 f"{memory['fairseq 0.12.3.1, fp32']} MiB, Marian {memory['Marian 1.12.42, fp32']} MiB")
 
 
+def test_the_amd_avx2_decoding_ratios_are_their_report() -> None:
+    rows = {tool: cells[PIECES] for tool, cells in bench_rows("peers-decode-2026-12-07-amd-avx2.md").items()}
+
+    def best(kind: str, per_thread: bool, mkl: bool | None = None) -> float:
+        return max(speed for tool, speed in rows.items() if tool.startswith("CTranslate2")
+                   and (tool.split(",")[1].strip() == "float32" if kind == "float32" else "int8" in tool)
+                   and ("one batch per thread" in tool) == per_thread
+                   and (mkl is None or ("MKL forced" in tool) == mkl))
+
+    ours = {(kind, per_thread): rows[f"nmt (ours), {kind}" + (", --workers (one batch per thread)" if per_thread
+                                                                else "")]
+            for kind in ("fp32", "int8") for per_thread in (False, True)}
+    versus = [f"{ours[('fp32', t)] / best('float32', t):.2f}" for t in (False, True)]
+    versus_int8 = [f"{ours[('int8', t)] / best('int8', t):.2f}" for t in (False, True)]
+    assert_quoted(README, "{}", f"one batch on both threads: fp32 **{versus[0]}×** CTranslate2's best float32, int8 "
+                                f"**{versus_int8[0]}×** its best int8; one batch per thread: fp32 **{versus[1]}×**, "
+                                f"int8 **{versus_int8[1]}×**")
+    fairseq = {key: f"{speed / rows['fairseq 0.12.3.1, fp32']:.2f}" for key, speed in ours.items()}
+    assert_quoted(README, "{}", f"against fairseq fp32 {fairseq[('fp32', False)]}×, int8 {fairseq[('int8', False)]}× "
+                                f"(per thread {fairseq[('fp32', True)]}×, {fairseq[('int8', True)]}×)")
+    mkl = [best("float32", t, True) / best("float32", t, False) for t in (False, True)]
+    int8 = [best("int8", t, True) / best("int8", t, False) for t in (False, True)]
+    forced = ", MKL forced (CT2_USE_MKL=1)"
+    int8 += [rows[tool] / rows[tool.replace(forced, "")] for tool in rows if forced in tool and "int8" in tool]
+    assert_quoted(README, "{}", f"float32 {mkl[0]:.2f}× its default with one batch, {mkl[1]:.2f}× per thread; int8 "
+                                f"{min(int8):.2f}-{max(int8):.2f}×")
+
+
 def test_the_decoding_ratios_are_median_and_range_of_every_run() -> None:
     every = decode_reports("2026-12-0*")
     assert len(every) == 19
