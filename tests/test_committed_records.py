@@ -228,7 +228,7 @@ def test_the_training_ratios_are_median_and_range_of_every_run() -> None:
     others = {path.name for path in BENCH.glob("peers-epoch*.md")} - set(EPOCH_RUNS)
     assert others == {"peers-epoch.md", "peers-epoch-2026-12-01.md", "peers-epoch-2026-12-01-tcmalloc.md",
                       "peers-epoch-2026-12-01-tcmalloc-2.md", "peers-epoch-2026-12-02-zen5.md",
-                      "peers-epoch-2026-12-07-amd-avx2.md"}
+                      "peers-epoch-2026-12-07-amd-avx2.md", "peers-epoch-2026-12-07-amd-avx2-b.md"}
 
 
 def test_the_marian_training_ratios_are_their_report() -> None:
@@ -258,6 +258,9 @@ def test_the_amd_avx2_training_figures_are_their_report() -> None:
     assert_quoted(README, "{}", f"fp32 **{ours / fairseq:.2f}×** fairseq, **{ours / marian:.2f}×** Marian")
     assert_quoted(README, "{}", f"fairseq 0.12.3 fp32: {fairseq:.1f}; Marian 1.12.42 fp32: {marian:.1f} "
                                 f"({marian / fairseq:.2f}× fairseq)")
+    second = bench_rows("peers-epoch-2026-12-07-amd-avx2-b.md")
+    ratio = second["nmt (ours), fp32"]["sentences/s"] / second["fairseq 0.12.3.1, fp32"]["sentences/s"]
+    assert_quoted(README, "{}", f"`bench/peers-epoch-2026-12-07-amd-avx2-b.md`): {ratio:.2f}× fairseq")
     memory = {tool: f"{row['peak RSS MiB']:,.0f}" for tool, row in rows.items()}
     assert_quoted(README, "{}", f"fp32 {memory['nmt (ours), fp32']} MiB | fairseq "
                                 f"{memory['fairseq 0.12.3.1, fp32']} MiB, Marian {memory['Marian 1.12.42, fp32']} MiB")
