@@ -261,6 +261,8 @@ def test_the_amd_avx2_training_figures_are_their_report() -> None:
     second = bench_rows("peers-epoch-2026-12-07-amd-avx2-b.md")
     ratio = second["nmt (ours), fp32"]["sentences/s"] / second["fairseq 0.12.3.1, fp32"]["sentences/s"]
     assert_quoted(README, "{}", f"`bench/peers-epoch-2026-12-07-amd-avx2-b.md`): {ratio:.2f}× fairseq")
+    both = spread([ours / fairseq, ratio])
+    assert_quoted(README, "{}", f"both runs: {both[0]}× fairseq ({ranged(both)})")
     memory = {tool: f"{row['peak RSS MiB']:,.0f}" for tool, row in rows.items()}
     assert_quoted(README, "{}", f"fp32 {memory['nmt (ours), fp32']} MiB | fairseq "
                                 f"{memory['fairseq 0.12.3.1, fp32']} MiB, Marian {memory['Marian 1.12.42, fp32']} MiB")

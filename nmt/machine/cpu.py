@@ -1,4 +1,4 @@
-"""The CPU this process runs on, as /proc/cpuinfo names it: model name and ISA flags."""
+"""The CPU this process runs on, as /proc/cpuinfo names it: model name, vendor and ISA flags."""
 
 from __future__ import annotations
 
@@ -10,42 +10,33 @@ from pathlib import Path
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 
 
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """ISA flags of the first CPU in /proc/cpuinfo (x86 ``flags``, Arm ``Features``); empty where there is none."""
+def cpuinfo_field(keys: tuple[str, ...]) -> str | None:
+    """The value of the first /proc/cpuinfo line whose key is one of ``keys`` with a value; None where there is none."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return frozenset()
+        return None
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+        if key.strip() in keys and value.strip():
+            return value.strip()
+    return None
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """ISA flags of the first CPU in /proc/cpuinfo (x86 ``flags``, Arm ``Features``); empty where there is none."""
+    return frozenset((cpuinfo_field(("flags", "Features")) or "").split())
 
 
 @functools.cache
 def cpu_vendor() -> str:
     """The x86 ``vendor_id`` of /proc/cpuinfo (``GenuineIntel``, ``AuthenticAMD``); empty elsewhere."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "vendor_id":
-            return value.strip()
-    return ""
+    return cpuinfo_field(("vendor_id",)) or ""
 
 
 @functools.cache
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo, else the platform's processor string)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return (cpuinfo_field(("model name", "Model", "Hardware")) or platform.processor() or platform.machine()
+            or "unknown CPU")
