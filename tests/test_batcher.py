@@ -5,6 +5,7 @@ the counters that ``/health`` reports add up."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,3 +55,34 @@ def test_a_stream_without_pauses_is_cut_after_the_gathering_cap() -> None:
 def test_requests_with_other_options_decode_apart() -> None:
     seen, _ = _run([(0.0, "x", 0), (0.0, "y", 1), (0.0, "z", 0)], 0.1)
     assert sorted(seen) == [["x", "z"], ["y"]]
+
+
+def test_lanes_decode_side_by_side_and_a_split_request_is_answered_in_order() -> None:
+    """Two lanes: a burst is split by length between them; the clients of the short batch are answered, and their
+    next request decodes, while the long batch still runs; a request split between lanes gets its lines in order."""
+    finished: list[str] = []
+
+    def translate(lines: Sequence[str], key: Any) -> Hypotheses:
+        time.sleep(0.6 if any(line.startswith("long") for line in lines) else 0.05)
+        return [[(line.upper(), float(len(line)))] for line in lines]
+
+    async def client(batcher: DynamicBatcher, lines: list[str]) -> Hypotheses:
+        answer = await batcher.submit(lines, 0)
+        finished.extend(lines)
+        return answer
+
+    async def main() -> tuple[Hypotheses, Hypotheses]:
+        batcher = DynamicBatcher(translate, window=0.01, max_sentences=100, lanes=2)
+        batcher.start()
+        split = asyncio.create_task(client(batcher, ["long a b c d", "s1"]))
+        longer = asyncio.create_task(client(batcher, ["long e f g h"]))
+        await client(batcher, ["s2"])  # decoded with s1, beside the long ones
+        again = await client(batcher, ["s3"])  # the short lane is free again: s3 does not wait for the long batch
+        answers = await asyncio.gather(split, longer)
+        await batcher.stop()
+        assert (batcher.batches, batcher.decoded, batcher.pending, batcher.free) == (3, 5, 0, 2)
+        return answers[0], again
+
+    split, again = asyncio.run(main())
+    assert split == [[("LONG A B C D", 12.0)], [("S1", 2.0)]] and again == [[("S3", 2.0)]]
+    assert finished.index("s3") < finished.index("long e f g h")

@@ -8,6 +8,8 @@ import io
 import os
 import pickle
 import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
@@ -65,13 +67,22 @@ def test_processes_decode_as_one_thread_and_are_reused(checkpoints: list[Path]) 
                                           workers=workers) for workers in (1, 2)]
         assert _tokens_and_scores(drawn[0]) == _tokens_and_scores(drawn[1])
         assert translator.worker_processes(2) is pool  # kept between calls
-        for pid in pool.pids:
-            os.kill(pid, signal.SIGKILL)
-        with pytest.raises(NmtError, match=r"^decoding worker \d \(pid \d+\) was killed by SIGKILL; see the lines"):
-            pool.decode(DecodeJob([[5, 6, 7]], [0], translator.config.decode, 20, None))
-        again = translator.translate_ids(sources, beam=3, nbest=2, batch_size=2, workers=2)  # a new pool
+        dead, live = pool.pids
+        for pid in (dead, live):  # stopped, each takes one of two jobs and holds it
+            os.kill(pid, signal.SIGSTOP)
+        job = DecodeJob([[5, 6, 7]], [0], translator.config.decode, 20, None)
+        with ThreadPoolExecutor(max_workers=2) as threads:
+            held = [threads.submit(pool.decode, job) for _ in range(2)]
+            time.sleep(0.5)
+            os.kill(dead, signal.SIGKILL)
+            os.kill(live, signal.SIGCONT)
+            outcomes = [str(future.exception()) for future in held]
+        assert sorted(outcomes) == ["None", f"decoding worker {pool.pids.index(live) ^ 1} (pid {dead}) was killed by "
+                                    "SIGKILL; see the lines above on stderr"]  # the other process decoded its job
+        assert not pool.alive
+        again = translator.translate_ids(sources, beam=3, nbest=2, batch_size=2, workers=2)  # the dead one replaced
         assert _tokens_and_scores(again) == _tokens_and_scores(alone)
-        assert translator.worker_processes(2) is not pool and not pool.alive
+        assert translator.worker_processes(2) is pool and pool.alive and live in pool.pids and dead not in pool.pids
         replaced = translator.worker_processes(3)  # another count: another pool
         assert replaced is not None and replaced.size == 3 and len(_worker_pids()) == 3
     assert _worker_pids() == set()  # the context manager stopped them

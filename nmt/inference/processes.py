@@ -30,6 +30,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import traceback
 import weakref
 from collections.abc import Sequence
@@ -184,15 +185,15 @@ class DecodeProcesses:
         if precision == "fp32":  # the workers' fp32 route is that of their thread count: measured once, here (cached)
             with intra_op_threads(threads):
                 fp32_gemm.choice()
-        model = checkpoint_bytes({"members": list(members), "precision": precision, "threads": threads})
-        env = worker_environment(threads)
+        self._model = checkpoint_bytes({"members": list(members), "precision": precision, "threads": threads})
+        self._env = worker_environment(threads)
         self._workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _stop, self._workers)  # stops those started, whatever happens
         try:
             for index in range(size):  # all started first: they import torch side by side
-                self._workers.append(_Worker(index, env))
+                self._workers.append(_Worker(index, self._env))
             for worker in self._workers:
-                worker.send(model)
+                worker.send(self._model)
             self.threads = [int(worker.receive()) for worker in self._workers]  # what each runs with
         except BaseException:
             self.close()
@@ -207,7 +208,7 @@ class DecodeProcesses:
 
     @property
     def alive(self) -> bool:
-        """Whether every process is still running (a pool with a dead worker is replaced, not reused)."""
+        """Whether every process is still running (a dead one is replaced when its turn comes: :meth:`decode`)."""
         return self._finalizer.alive and all(worker.proc.poll() is None for worker in self._workers)
 
     @property
@@ -215,13 +216,30 @@ class DecodeProcesses:
         return [worker.proc.pid for worker in self._workers]
 
     def decode(self, job: DecodeJob) -> list[list[Hypothesis]]:
-        """``job``'s n-best lists, decoded by an idle process; its error (:class:`NmtError`) or death is raised."""
+        """``job``'s n-best lists, decoded by an idle process; its error (:class:`NmtError`) or death is raised. A
+        process found dead when its turn comes is replaced first, alone: the others may be decoding for other
+        threads (``nmt serve``'s lanes), which a new pool would cut short."""
         worker = self._idle.get()
         try:
+            if worker.proc.poll() is not None:
+                worker = self._replace(worker)
             worker.send(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
             return cast(list[list[Hypothesis]], worker.receive())
         finally:
             self._idle.put(worker)
+
+    def _replace(self, dead: _Worker) -> _Worker:
+        """A new process in ``dead``'s place, holding the same model (raised: it could not start)."""
+        _stop([dead])
+        fresh = _Worker(dead.index, self._env)
+        try:
+            fresh.send(self._model)
+            fresh.receive()
+        except BaseException:
+            _stop([fresh])
+            raise
+        self._workers[dead.index] = fresh
+        return fresh
 
     def close(self) -> None:
         """Stop the processes (idempotent)."""
@@ -229,22 +247,29 @@ class DecodeProcesses:
 
 
 class ProcessSlot:
-    """The decoding processes of one translator: started on first use, kept between calls, replaced when the count
-    changes or one has died (``entries`` and ``precision`` as for :class:`DecodeProcesses`)."""
+    """The decoding processes of one translator: started on first use, kept between calls (a dead process is
+    replaced by the pool), replaced when the count changes (``entries`` and ``precision`` as for
+    :class:`DecodeProcesses`). Safe to call from several threads (``nmt serve``'s lanes)."""
 
     def __init__(self, entries: Sequence[dict[str, Any]], precision: str) -> None:
         self.entries, self.precision = tuple(entries), precision
         self.pool: DecodeProcesses | None = None
         self.threads = 1
+        self.lock = threading.Lock()
 
     def get(self, size: int, threads: int = 1) -> DecodeProcesses:
-        if self.pool is None or self.pool.size != size or self.threads != threads or not self.pool.alive:
-            self.close()
-            self.pool = DecodeProcesses(self.entries, self.precision, size, threads)
-            self.threads = threads
-        return self.pool
+        with self.lock:
+            if self.pool is None or self.pool.size != size or self.threads != threads:
+                self._close()
+                self.pool = DecodeProcesses(self.entries, self.precision, size, threads)
+                self.threads = threads
+            return self.pool
 
     def close(self) -> None:
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
         if self.pool is not None:
             self.pool.close()
             self.pool = None

@@ -56,11 +56,11 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def decode_request(lines: Sequence[str], pretokenized: bool, workers: int) -> DecodeRequest:
-    """How the service decodes a gathered batch: in its decoding processes, never in the event loop's process (one
-    process with every intra-op thread for one worker), split into ``workers`` length-sorted batches so that every
-    process takes one (a gathered batch fits one token budget: unsplit, one process would decode it alone)."""
-    return DecodeRequest(pretokenized, -(-len(lines) // workers) if workers > 1 else None, workers, isolated=True)
+def decode_request(pretokenized: bool, workers: int) -> DecodeRequest:
+    """How the service decodes a lane's batch: in its decoding processes, never in the event loop's process (one
+    process with every intra-op thread for one worker; else ``workers`` processes of one thread, one per lane of
+    :class:`~nmt.serve.batcher.DynamicBatcher`: a batch fits one token budget, so it is one job for one process)."""
+    return DecodeRequest(pretokenized, None, workers, isolated=True)
 
 
 def build_app(translator: Translator, options: ServiceOptions) -> Starlette:
@@ -70,9 +70,9 @@ def build_app(translator: Translator, options: ServiceOptions) -> Starlette:
     def translate(lines: Sequence[str], key: tuple[bool, int | None, int | None]) -> Hypotheses:
         pretokenized, beam, nbest = key
         call = call_settings(settings, beam=beam, nbest=nbest)
-        return translator.translate(lines, settings=call, request=decode_request(lines, pretokenized, options.workers))
+        return translator.translate(lines, settings=call, request=decode_request(pretokenized, options.workers))
 
-    batcher = DynamicBatcher(translate, options.window, options.max_batch)
+    batcher = DynamicBatcher(translate, options.window, options.max_batch, lanes=options.workers)
     precision = translator.runtime.describe_precision()
 
     def check_options(request: TranslationRequest) -> None:

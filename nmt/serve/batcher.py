@@ -1,12 +1,20 @@
 """Dynamic batching: the sentences of requests that arrive within a few milliseconds decode as one batch.
 
-Requests wait in a queue; the batcher takes the first, gathers those that follow it each within ``window`` seconds
-of the one before (up to ``max_sentences``; ten windows at most), groups them by their decoding options and hands
-each group to ``translate`` in one call, on one thread that waits for the decoding processes (the service decodes in
-processes, ``--workers`` of them, never in the event loop's process: :func:`nmt.serve.app.decode_request`). While a
-batch decodes, new requests queue up and form the next one, so under load batches grow toward the command line's.
+Requests wait in a queue; when a decoding lane is free the batcher takes the first, gathers those that follow it
+each within ``window`` seconds of the one before (up to ``max_sentences``; ten windows at most), groups them by their
+decoding options and hands each group to ``translate`` in one call, on a thread that waits for a decoding process
+(the service decodes in processes, ``--workers`` of them, never in the event loop's process:
+:func:`nmt.serve.app.decode_request`). While a batch decodes, new requests queue up and form the next one, so under
+load batches grow toward the command line's.
+
+With ``lanes`` > 1 (one per decoding process) batches decode side by side and independently: a gathered burst is
+split by sentence length between the lanes that are free, and a lane takes the next burst as soon as its batch is
+done, while the others still decode. Each batch runs until its longest sentence ends, its last steps on a few rows;
+with one batch at a time every client would wait for that tail, with lanes the clients of a short batch are answered
+and their next requests decode on its lane meanwhile (measured in ``docs/usage.md``).
+
 A call that fails (a decoding process died) fails the requests of that group only, with :class:`DecodingFailed`;
-the next batch goes on (the translator replaces its processes).
+the next batch goes on (the decoding process is replaced).
 """
 
 from __future__ import annotations
@@ -35,16 +43,49 @@ class Waiting:
     key: Any
     future: asyncio.Future[Hypotheses]
     queued: float = field(default_factory=time.perf_counter)
+    results: Hypotheses = field(default_factory=list)  # filled as its sentences' batches end
+    left: int = 0  # sentences not decoded yet
+
+    def __post_init__(self) -> None:
+        self.results, self.left = [[] for _ in self.lines], len(self.lines)
+
+    def answer(self, index: int, nbest: list[tuple[str, float]]) -> None:
+        """Sentence ``index`` is decoded; the last one answers the request."""
+        self.results[index] = nbest
+        self.left -= 1
+        if not self.left and not self.future.done():
+            self.future.set_result(self.results)
+
+    def fail(self, reason: str) -> None:
+        if not self.future.done():
+            self.future.set_exception(DecodingFailed(reason))
+
+
+Sentence = tuple[Waiting, int]  # a request and the index of one of its lines
+
+
+def split_by_length(items: Sequence[Waiting], parts: int) -> list[list[Sentence]]:
+    """The sentences of ``items`` sorted by word count, cut into at most ``parts`` runs of about as many sentences
+    each (no run empty; a request's sentences may fall into several runs)."""
+    ordered = sorted(((item, i) for item in items for i in range(len(item.lines))),
+                     key=lambda sentence: len(sentence[0].lines[sentence[1]].split()))
+    size = -(-len(ordered) // max(min(parts, len(ordered)), 1))
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
 
 
 class DynamicBatcher:
-    """Runs ``translate(lines, key)`` over the gathered lines of concurrent :meth:`submit` calls."""
+    """Runs ``translate(lines, key)`` over the gathered lines of concurrent :meth:`submit` calls, ``lanes`` calls
+    at a time."""
 
-    def __init__(self, translate: Translate, window: float = 0.005, max_sentences: int = 256) -> None:
+    def __init__(self, translate: Translate, window: float = 0.005, max_sentences: int = 256,
+                 lanes: int = 1) -> None:
         self.translate, self.window, self.max_sentences = translate, window, max_sentences
         self.queue: asyncio.Queue[Waiting] = asyncio.Queue()
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-serve-decode")
+        self.executor = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="nmt-serve-decode")
         self.task: asyncio.Task[None] | None = None
+        self.free = lanes  # lanes not decoding
+        self.freed = asyncio.Event()
+        self.decoding: set[asyncio.Task[None]] = set()
         self.pending = 0  # sentences queued or decoding
         self.batches = 0  # batches decoded so far (a group of one gathering counts as one)
         self.decoded = 0  # sentences in them
@@ -62,6 +103,8 @@ class DynamicBatcher:
 
     async def submit(self, lines: list[str], key: Any) -> Hypotheses:
         """The n-best lists of ``lines`` decoded with the options ``key`` stands for, once their batch is done."""
+        if not lines:
+            return []
         future: asyncio.Future[Hypotheses] = asyncio.get_running_loop().create_future()
         self.pending += len(lines)
         await self.queue.put(Waiting(lines, key, future))
@@ -89,25 +132,36 @@ class DynamicBatcher:
         return batch
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            batch = await self._gather()
-            groups: dict[Any, list[Waiting]] = {}
-            for item in batch:
-                groups.setdefault(item.key, []).append(item)
-            for key, items in groups.items():
-                lines = [line for item in items for line in item.lines]
+            while not self.free:
+                self.freed.clear()
+                await self.freed.wait()
+            for part in split_by_length(await self._gather(), self.free):
+                self.free -= 1
+                task = asyncio.get_running_loop().create_task(self._decode(part))
+                self.decoding.add(task)  # held until done: the loop keeps only weak references to tasks
+                task.add_done_callback(self.decoding.discard)
+
+    async def _decode(self, part: list[Sentence]) -> None:
+        """Decode one lane's batch, group by group, and answer the requests whose last sentence it holds; the lane
+        is free again after."""
+        loop = asyncio.get_running_loop()
+        groups: dict[Any, list[Sentence]] = {}
+        for sentence in part:
+            groups.setdefault(sentence[0].key, []).append(sentence)
+        try:
+            for key, sentences in groups.items():
+                lines = [item.lines[i] for item, i in sentences]
                 self.batches, self.decoded = self.batches + 1, self.decoded + len(lines)
                 try:
                     results = await loop.run_in_executor(self.executor, self.translate, lines, key)
                 except Exception as exc:  # noqa: BLE001 - a client gets the reason; the service goes on
                     reason = str(exc) if isinstance(exc, NmtError) else f"internal error ({type(exc).__name__})"
-                    for item in items:
-                        if not item.future.done():
-                            item.future.set_exception(DecodingFailed(reason))
+                    for item, _ in sentences:
+                        item.fail(reason)
                     continue
-                start = 0
-                for item in items:
-                    if not item.future.done():
-                        item.future.set_result(results[start:start + len(item.lines)])
-                    start += len(item.lines)
+                for (item, i), nbest in zip(sentences, results, strict=True):
+                    item.answer(i, nbest)
+        finally:
+            self.free += 1
+            self.freed.set()
