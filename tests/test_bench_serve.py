@@ -27,13 +27,15 @@ def test_bench_serve_measures_both_sides_on_the_same_sentences(tmp_path: Path) -
     out = tmp_path / "bench" / "serve-test"
     run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoint", str(checkpoint), "--input", str(source),
                           "--reference", str(source), "--pretokenized", "--precision", "fp32", "--clients", "1", "4",
-                          "--rounds", "2", "--out", str(out)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "NMT_ALLOCATOR": "system"})
+                          "--rounds", "2", "--workers", "2", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "NMT_ALLOCATOR": "system"})
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.with_suffix(".json").read_text())
     assert [r["order"] for r in result["rounds"]] == ["command line first", "service first"]
     for record in result["rounds"]:
         cli = record["cli"]
+        assert [run["workers"] for run in cli["runs"]] == [1, 2]  # the bar: the faster command line
+        assert cli["sentences_per_s"] == max(run["sentences_per_s"] for run in cli["runs"])
         assert cli["seconds_total"] > 0 and cli["seconds_startup"] > 0 and cli["peak_rss_mb"] > 50
         # decoding = the run minus the start-up of an empty run (on 10 tiny sentences both are mostly start-up)
         assert cli["seconds_decoding"] == max(cli["seconds_total"] - cli["seconds_startup"], 1e-9)
@@ -46,6 +48,7 @@ def test_bench_serve_measures_both_sides_on_the_same_sentences(tmp_path: Path) -
                     for r in result["rounds"])
     text = out.with_suffix(".md").read_text()
     assert f"range {ratios[0]:.2f}-{ratios[1]:.2f}x, n = 2" in text and "| 10 of 10 |" in text
+    assert "| nmt translate --workers 1 (" in text and "| nmt translate --workers 2 (" in text
     assert "torch" in result["meta"]["machine_line"] and result["meta"]["bleu_tokenized"] is not None
 
 

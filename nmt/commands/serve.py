@@ -5,7 +5,8 @@
 
 Sentences of requests that arrive within a few milliseconds of each other decode as one batch (``--window-ms``), in
 a decoding process, never in the process that answers HTTP: one process on every core by default, or with
-``--workers N`` N batches at a time in N processes of one core each, as ``nmt translate --workers``. The service
+``--workers N`` N batches at a time in N processes of one core each, each taking the next batch as soon as its own
+is done (the faster setting under many concurrent clients: docs/usage.md, "Serving a model"). The service
 binds to loopback unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers what is in flight,
 and exits 0. It needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and uvicorn).
 """
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=1,
                         help="batches decoded at a time: 1 (default) decodes in one process on every core, N in "
-                             "N processes of one core each")
+                             "N processes of one core each, independently (faster under many concurrent clients)")
     parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
     parser.add_argument("--precision", choices=choices(DecodeConfig, "precision"), default=None,
                         help="decoding arithmetic (default: the checkpoint's decode.precision)")
