@@ -362,3 +362,46 @@ def test_the_decoding_layouts_recompute() -> None:
     assert_quoted(README, "{}", f"CTranslate2 int8 {per_thread(threads_run, 'int8')} (threads run); int8_float32 "
                                 f"{per_thread(first_run, 'int8_float32')}, int8 {per_thread(second_run, 'int8')} "
                                 f"(process runs); fairseq {fairseq_speeds}")
+
+
+def serve_summary(values: list[float], digits: int = 1) -> str:
+    """``median (min-max)`` as scripts/bench_serve and docs/usage.md write it."""
+    return f"{statistics.median(values):,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_amd_avx2_serving_rows_are_their_report(workers: int) -> None:
+    """docs/usage.md's rows of ``nmt serve`` on the AMD AVX2 class: every figure from the committed JSON rounds."""
+    import json
+
+    name = f"serve-2026-12-07-amd-avx2-workers{workers}"
+    rounds = json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"]
+    cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
+    levels = [serve_summary([r["service"]["levels"][i]["sentences_per_s"] for r in rounds]) for i in range(3)]
+    ratio = serve_summary([r["service"]["levels"][2]["sentences_per_s"] / r["cli"]["sentences_per_s"]
+                           for r in rounds], 2)
+    assert_quoted("docs/usage.md", "{}", f"(`bench/{name}.md`) | {cli} | {' | '.join(levels)} | "
+                                         f"{ratio.replace(' (', 'x (')} |")
+
+
+def test_the_amd_avx2_serving_comparison_recomputes() -> None:
+    """The prose beside those rows: independent processes against one process, and against the command line's."""
+    import json
+
+    runs = {w: json.loads((BENCH / f"serve-2026-12-07-amd-avx2-workers{w}.json").read_text(encoding="utf-8"))["rounds"]
+            for w in (1, 2)}
+
+    def level(workers: int, index: int, key: str = "sentences_per_s") -> float:
+        return statistics.median(r["service"]["levels"][index][key] for r in runs[workers])
+
+    gains = [level(2, i) / level(1, i) for i in (2, 1, 0)]
+    assert_quoted("docs/usage.md", "{}", f"({gains[0]:.2f}x at 64 clients, {gains[1]:.2f}x at 8, {gains[2]:.2f}x at 1;")
+    assert_quoted("docs/usage.md", "{}", f"latency p50 {level(2, 0, 'latency_p50_ms'):.0f} ms against "
+                                         f"{level(1, 0, 'latency_p50_ms'):.0f})")
+    memory = [f"{level(w, 2, 'peak_rss_mb'):,.0f}" for w in (2, 1)]
+    assert_quoted("docs/usage.md", "{}", f"({memory[0]} against {memory[1]} MiB at 64 clients)")
+    two = statistics.median(r["cli"]["runs"][1]["sentences_per_s"] for r in runs[2])
+    one = statistics.median(r["cli"]["runs"][0]["sentences_per_s"] for r in runs[2])
+    assert_quoted("docs/usage.md", "{}", f"at {level(2, 2) / two:.2f}x the rate")
+    assert_quoted("docs/usage.md", "{}", f"({level(2, 2):.1f} against {two:.1f} sentences/s for two of each)")
+    assert_quoted("docs/usage.md", "{}", f"(`--workers 1` was: {one:.1f} against {two:.1f} sentences/s)")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from nmt import cli
 from tests.test_elastic import _children
@@ -223,3 +224,10 @@ def test_the_page_translates_in_a_real_browser(service: Service) -> None:
         assert expected and shown.text == expected.strip()
     finally:
         driver.quit()
+
+
+def test_the_default_is_one_decoding_process_per_core_on_a_cpu() -> None:
+    from nmt.commands.serve import default_workers
+
+    assert default_workers(torch.device("cpu")) == torch.get_num_threads()
+    assert default_workers(torch.device("cuda")) == 1  # a GPU decodes in the service's process

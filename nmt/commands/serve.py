@@ -4,11 +4,11 @@
     curl -s localhost:8080/translate -H 'Content-Type: application/json' -d '{"text": ["Ola mundo ."]}'
 
 Sentences of requests that arrive within a few milliseconds of each other decode as one batch (``--window-ms``), in
-a decoding process, never in the process that answers HTTP: one process on every core by default, or with
-``--workers N`` N batches at a time in N processes of one core each, each taking the next batch as soon as its own
-is done (the faster setting under many concurrent clients: docs/usage.md, "Serving a model"). The service
-binds to loopback unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers what is in flight,
-and exits 0. It needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and uvicorn).
+decoding processes, never in the process that answers HTTP: by default on a CPU one process per core, each taking
+the next batch as soon as its own is done (faster than one process on every core at 1, 8 and 64 clients:
+docs/usage.md, "Serving a model"); ``--workers N`` sets the count, ``--workers 1`` one process on every core. The
+service binds to loopback unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers what is in
+flight, and exits 0. It needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and uvicorn).
 """
 
 from __future__ import annotations
@@ -17,19 +17,24 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nmt.commands import add_checkpoints, checkpoint_paths
 from nmt.config import DecodeConfig, TrainConfig, choices
 from nmt.errors import NmtError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoints(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="batches decoded at a time: 1 (default) decodes in one process on every core, N in "
-                             "N processes of one core each, independently (faster under many concurrent clients)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="batches decoded at a time, each in a decoding process of one core, independently "
+                             "(default on a CPU: one per core, the intra-op thread count; on a GPU: 1); 1 on a CPU: "
+                             "one process on every core")
     parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
     parser.add_argument("--precision", choices=choices(DecodeConfig, "precision"), default=None,
                         help="decoding arithmetic (default: the checkpoint's decode.precision)")
@@ -45,6 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "file and folder)")
 
 
+def default_workers(device: torch.device) -> int:
+    """One decoding process per core on a CPU (the intra-op thread count; measured faster than one process on
+    every core at 1, 8 and 64 clients: docs/usage.md, "Serving a model"); one on a GPU, which decodes in the
+    service's process."""
+    import torch
+
+    return torch.get_num_threads() if device.type == "cpu" else 1
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -57,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     from nmt.inference.translator import Translator
     from nmt.serve.requests import Limits
 
-    DecodeRequest(workers=args.workers)  # a bad --workers fails before the model loads
+    if args.workers is not None:
+        DecodeRequest(workers=args.workers)  # a bad --workers fails before the model loads
     for flag in ("max_sentences", "max_chars", "max_body", "max_beam", "port"):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise NmtError(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be at least 1")
@@ -67,9 +82,10 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.from_checkpoints(paths, args.device, args.precision)
     settings = call_settings(translator.config.decode, beam=args.beam)
     name = args.name or " + ".join(f"{Path(p).parent.name}/{Path(p).name}" for p in paths)
+    workers = args.workers or default_workers(translator.runtime.device)
     options = ServiceOptions(name, settings, Limits(args.max_sentences, args.max_chars, args.max_body, args.max_beam),
-                             args.workers, args.window_ms / 1000)
-    translator.worker_processes(args.workers, isolated=True)  # started now: the first request waits for no start-up
+                             workers, args.window_ms / 1000)
+    translator.worker_processes(workers, isolated=True)  # started now: the first request waits for no start-up
     app = build_app(translator, options)
     print(f"serving {name} ({translator.runtime.describe_precision()}) on http://{args.host}:{args.port}",
           file=sys.stderr, flush=True)
