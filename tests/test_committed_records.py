@@ -405,3 +405,17 @@ def test_the_amd_avx2_serving_comparison_recomputes() -> None:
     assert_quoted("docs/usage.md", "{}", f"at {level(2, 2) / two:.2f}x the rate")
     assert_quoted("docs/usage.md", "{}", f"({level(2, 2):.1f} against {two:.1f} sentences/s for two of each)")
     assert_quoted("docs/usage.md", "{}", f"(`--workers 1` was: {one:.1f} against {two:.1f} sentences/s)")
+
+
+def test_the_lane_batch_costs_recompute() -> None:
+    """docs/usage.md's per-thread rates of sorted and random batches of 32, from the committed output."""
+    rates: dict[str, list[float]] = {}
+    for line in (BENCH / "serve-lanes-2026-12-07" / "lane_batches.out").read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        rates.setdefault(" ".join(words[2:5]), []).append(float(words[-6]))
+    cli = rates["command line (token"]
+    ratios = {kind: sorted(r / c for r, c in zip(rates[f"{kind} batches of"], cli, strict=True))
+              for kind in ("sorted", "random")}
+    sort, mixed = (f"{ratios[kind][0]:.2f}-{ratios[kind][-1]:.2f}x" for kind in ("sorted", "random"))
+    assert_quoted("docs/usage.md", "{}", f"batches of 32 decode at {sort} the command line's rate and random ones at "
+                                         f"{mixed}")
