@@ -4,11 +4,12 @@
     curl -s localhost:8080/translate -H 'Content-Type: application/json' -d '{"text": ["Ola mundo ."]}'
 
 Sentences of requests that arrive within a few milliseconds of each other decode as one batch (``--window-ms``), in
-decoding processes, never in the process that answers HTTP: by default on a CPU one process per core, each taking
-the next batch as soon as its own is done (faster than one process on every core at 1, 8 and 64 clients:
-docs/usage.md, "Serving a model"); ``--workers N`` sets the count, ``--workers 1`` one process on every core. The
-service binds to loopback unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers what is in
-flight, and exits 0. It needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and uvicorn).
+decoding processes, never in the process that answers HTTP: by default on a CPU one process per core (at most 8),
+each taking the next batch as soon as its own is done (faster than one process on every core at 1, 8 and 64
+clients: docs/usage.md, "Serving a model"); ``--workers N`` sets the count, ``--workers 1`` one process on every
+core. The service binds to loopback unless ``--host`` says otherwise; SIGTERM (or Ctrl-C) stops accepting, answers
+what is in flight, and exits 0. It needs the ``serve`` extra (``pip install 'qknorm-nmt[serve]'``: Starlette and
+uvicorn).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=None,
                         help="batches decoded at a time, each in a decoding process of one core, independently "
-                             "(default on a CPU: one per core, the intra-op thread count; on a GPU: 1); 1 on a CPU: "
-                             "one process on every core")
+                             "(default on a CPU: one per core, the intra-op thread count, at most 8; on a GPU: 1); 1 "
+                             "on a CPU: one process on every core")
     parser.add_argument("--device", choices=choices(TrainConfig, "device"), default="auto")
     parser.add_argument("--precision", choices=choices(DecodeConfig, "precision"), default=None,
                         help="decoding arithmetic (default: the checkpoint's decode.precision)")
@@ -50,13 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "file and folder)")
 
 
+DEFAULT_MAX_WORKERS = 8  # each decoding process holds a model replica and its own torch (~0.4 GB beside the first)
+
+
 def default_workers(device: torch.device) -> int:
     """One decoding process per core on a CPU (the intra-op thread count; measured faster than one process on
-    every core at 1, 8 and 64 clients: docs/usage.md, "Serving a model"); one on a GPU, which decodes in the
-    service's process."""
+    every core at 1, 8 and 64 clients: docs/usage.md, "Serving a model"), at most :data:`DEFAULT_MAX_WORKERS` so a
+    many-core machine does not hold a replica per core unasked; one on a GPU, which decodes in the service's
+    process."""
     import torch
 
-    return torch.get_num_threads() if device.type == "cpu" else 1
+    return min(torch.get_num_threads(), DEFAULT_MAX_WORKERS) if device.type == "cpu" else 1
 
 
 def run(args: argparse.Namespace) -> int:
