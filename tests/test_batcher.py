@@ -86,3 +86,46 @@ def test_lanes_decode_side_by_side_and_a_split_request_is_answered_in_order() ->
     split, again = asyncio.run(main())
     assert split == [[("LONG A B C D", 12.0)], [("S1", 2.0)]] and again == [[("S3", 2.0)]]
     assert finished.index("s3") < finished.index("long e f g h")
+
+
+def _lane_batches(lines: list[str], hold: float) -> list[list[str]]:
+    """Two lanes: "blocker" decodes (slowly) on one, then ``lines`` arrive as one burst of one-line requests; the
+    batches ``translate`` saw, in order."""
+    seen: list[list[str]] = []
+
+    def translate(batch: Sequence[str], key: Any) -> Hypotheses:
+        seen.append(list(batch))
+        time.sleep(0.8 if "blocker" in batch else 0.05)
+        return [[(line, 0.0)] for line in batch]
+
+    async def main() -> None:
+        batcher = DynamicBatcher(translate, window=0.02, max_sentences=100, lanes=2, hold=hold)
+        batcher.start()
+        blocker = asyncio.create_task(batcher.submit(["blocker"], 0))
+        await asyncio.sleep(0.2)  # the blocker's lane is busy: the burst finds one lane free
+        answers = await asyncio.gather(*(batcher.submit([line], 0) for line in lines))
+        assert [answer[0][0][0] for answer in answers] == lines and await blocker == [[("blocker", 0.0)]]
+        await batcher.stop()
+        assert (batcher.pending, batcher.free, batcher.waiting) == (0, 2, [])
+
+    asyncio.run(main())
+    return seen
+
+
+def test_a_free_lane_beside_a_busy_one_takes_a_share_of_similar_lengths() -> None:
+    """20 waiting sentences, 10 of one word and 10 of twelve in turn: the free lane takes half of them, the ten short
+    ones, and the long ones wait for the next batch (a batch of all 20 would run as long as its longest)."""
+    short, long = [f"s{i}" for i in range(10)], [" ".join(f"l{i}w{j}" for j in range(12)) for i in range(10)]
+    burst = [line for pair in zip(short, long, strict=True) for line in pair]
+    seen = _lane_batches(burst, hold=60.0)
+    assert seen[0] == ["blocker"]
+    assert sorted(seen[1]) == sorted(short) and sorted(seen[2]) == sorted(long) and len(seen) == 3
+
+
+def test_a_sentence_that_waited_its_hold_is_in_the_next_share() -> None:
+    """The longest-waiting sentence (one long sentence, then 19 short ones) is left for later by a share of similar
+    lengths, unless it has waited ``hold``: then the share is the run of similar lengths that holds it."""
+    burst = [" ".join(f"w{j}" for j in range(15))] + [f"s{i}" for i in range(19)]
+    patient, held = _lane_batches(burst, hold=60.0), _lane_batches(burst, hold=0.0)
+    assert burst[0] not in patient[1] and len(patient[1]) == 10
+    assert burst[0] in held[1] and len(held[1]) == 10

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -405,6 +406,95 @@ def test_the_amd_avx2_serving_comparison_recomputes() -> None:
     assert_quoted("docs/usage.md", "{}", f"at {level(2, 2) / two:.2f}x the rate")
     assert_quoted("docs/usage.md", "{}", f"({level(2, 2):.1f} against {two:.1f} sentences/s for two of each)")
     assert_quoted("docs/usage.md", "{}", f"(`--workers 1` was: {one:.1f} against {two:.1f} sentences/s)")
+
+
+def _serve_rounds(name: str) -> list[dict[str, Any]]:
+    import json
+
+    return list(json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"])
+
+
+def test_the_similar_length_serving_rows_are_their_reports() -> None:
+    """docs/usage.md's rows of the shares of similar lengths (the full run and the 64-client run), from their JSON."""
+    full, only64 = "serve-2026-12-07-amd-avx2-similar-lengths", "serve-2026-12-07-amd-avx2-similar-lengths-64"
+    for name, blanks in ((full, ""), (only64, " | |")):
+        rounds = _serve_rounds(name)
+        cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
+        levels = [serve_summary([level["sentences_per_s"] for level in levels])
+                  for levels in zip(*(r["service"]["levels"] for r in rounds), strict=True)]
+        ratio = serve_summary([r["service"]["levels"][-1]["sentences_per_s"] / r["cli"]["sentences_per_s"]
+                               for r in rounds], 2)
+        assert_quoted("docs/usage.md", "{}", f"(`bench/{name}.md`) | {cli} |{blanks} {' | '.join(levels)} | "
+                                             f"{ratio.replace(' (', 'x (')} |")
+
+
+def test_the_similar_length_serving_prose_recomputes() -> None:
+    """The prose beside those rows: the gains over the run before, the median ratio, the back-to-back pair, the
+    last rounds of the 64-client run and the traced round."""
+    full, before = _serve_rounds("serve-2026-12-07-amd-avx2-similar-lengths"), _serve_rounds(
+        "serve-2026-12-07-amd-avx2-workers2")
+    only64 = _serve_rounds("serve-2026-12-07-amd-avx2-similar-lengths-64")
+
+    def level(rounds: list[dict[str, Any]], index: int, key: str = "sentences_per_s") -> float:
+        return statistics.median(r["service"]["levels"][index][key] for r in rounds)
+
+    ratios = [r["service"]["levels"][-1]["sentences_per_s"] / r["cli"]["sentences_per_s"] for r in full]
+    gains = " / ".join(f"{level(full, i) / level(before, i):.2f}x" for i in (2, 1, 0))
+    docs = "docs/usage.md"
+    assert_quoted(docs, "{}", f"(the median is {statistics.median(ratios):.3f}, so")
+    assert_quoted(docs, "{}", f"and {gains} the previous run's rates at 64 / 8 / 1 clients")
+    assert_quoted(docs, "{}", f"(21.4 sentences against {level(before, 2, 'mean_batch'):.1f} in the run before)"
+                  .replace("21.4", f"{level(full, 2, 'mean_batch'):.1f}"))
+    last = sorted(r["service"]["levels"][0]["sentences_per_s"] / r["cli"]["sentences_per_s"] for r in only64[1:])
+    assert_quoted(docs, "{}", f"({last[0]:.2f}-{last[-1]:.2f} over its last three rounds;")
+    seconds = [r["cli"]["seconds_total"] for r in only64]
+    assert_quoted(docs, "{}", f"took {seconds[0]:.0f} s against {max(seconds[1:]):.0f} s for the others")
+    clis = [[r["cli"]["sentences_per_s"] for r in rounds] for rounds in (only64[1:], full)]
+    services = [[r["service"]["levels"][-1]["sentences_per_s"] for r in rounds] for rounds in (only64, full)]
+    assert_quoted(docs, "{}", f"line ran at {min(clis[0]):.0f}-{max(clis[0]):.0f} sentences/s there against "
+                              f"{min(clis[1]):.0f}-{max(clis[1]):.0f} in the full run, the service at "
+                              f"{min(services[0]):.1f}-{max(services[0]):.1f} against "
+                              f"{min(services[1]):.1f}-{max(services[1]):.1f}")
+    pair = {name: _serve_rounds(f"serve-lanes-2026-12-07/ab-{name}")[0]
+            for name in ("similar-lengths", "independent-batches")}
+    new, old = (pair[name]["service"]["levels"][0] for name in ("similar-lengths", "independent-batches"))
+    new_cli, old_cli = (pair[name]["cli"]["sentences_per_s"] for name in ("similar-lengths", "independent-batches"))
+    fast, slow = new["sentences_per_s"], old["sentences_per_s"]
+    assert_quoted(docs, "{}", f"it served {fast / slow:.2f}x the sentences/s of independent batches ({fast:.1f} "
+                              f"against {slow:.1f}; {fast / new_cli:.2f}x and {slow / old_cli:.2f}x of their command "
+                              f"lines, {new_cli:.1f} and {old_cli:.1f};")
+    assert_quoted(docs, "{}", f"p50 latency {new['latency_p50_ms']:,.0f} ms against {old['latency_p50_ms']:,.0f}, p99 "
+                              f"{new['latency_p99_ms']:,.0f} ms against {old['latency_p99_ms']:,.0f}")
+
+
+def test_the_traced_round_recomputes() -> None:
+    """The traced round's lane figures (docs/usage.md) from the committed trace and run."""
+    folder = BENCH / "serve-lanes-2026-12-07"
+    decodes = [line.split() for line in (folder / "batcher-trace.txt").read_text(encoding="utf-8").splitlines()
+               if " decode " in line]
+    ends = [float(d[0]) + float(d[3][:-2]) / 1000 for d in decodes]
+    busy = sum(float(d[3][:-2]) for d in decodes) / 1000
+    wall = max(ends) - min(float(d[0]) for d in decodes)
+    rate = sum(int(d[2]) for d in decodes) / busy
+    run = _serve_rounds("serve-lanes-2026-12-07/trace-run")[0]
+    per_thread = run["cli"]["sentences_per_s"] / 2
+    assert_quoted("docs/usage.md", "{}", f"(`trace-run.md` there, "
+                  f"{run['service']['levels'][0]['sentences_per_s'] / run['cli']['sentences_per_s']:.2f}x) the two "
+                  f"decoding processes were busy {busy / (2 * wall):.0%} of the time and decoded {rate:.1f} sentences "
+                  f"per busy second each, against {per_thread:.1f} per thread for that round's command line "
+                  f"({rate / per_thread:.2f}x)")
+
+
+def test_the_batch_surface_and_simulation_figures_are_their_outputs() -> None:
+    """docs/usage.md's batch rates and fitted step cost, from the committed outputs."""
+    folder = BENCH / "serve-lanes-2026-12-07"
+    rates = {" ".join(line.split("sent/s")[0].split()[:-1]): float(line.split("sent/s")[0].split()[-1])
+             for line in (folder / "batch_surface.out").read_text(encoding="utf-8").splitlines()}
+    assert_quoted("docs/usage.md", "{}", f"length-sorted batches of 16 decode faster than random ones of 32 "
+                                         f"({rates['sorted 16']:.1f} against {rates['random 32']:.1f} sentences/s)")
+    fit = (folder / "scheduler_sim.out").read_text(encoding="utf-8").splitlines()[0].split()
+    assert_quoted("docs/usage.md", "{}", f"({fit[2]} ms on one thread in the fitted model, against "
+                                         f"{float(fit[5]):.2f} ms per live sentence;")
 
 
 def test_the_lane_batch_costs_recompute() -> None:

@@ -13,6 +13,16 @@ done, while the others still decode. Each batch runs until its longest sentence 
 with one batch at a time every client would wait for that tail, with lanes the clients of a short batch are answered
 and their next requests decode on its lane meanwhile (measured in ``docs/usage.md``).
 
+While another lane decodes and at least :data:`MIN_POOL` sentences wait, a free lane does not take them all: it takes
+a share (``1/lanes`` of them) of similar lengths, the contiguous run in length order with the smallest ratio of
+longest to shortest, and the rest wait for the next free lane with what arrives meanwhile. A batch runs until its
+longest sentence ends, so a batch of one length range takes fewer steps for the same sentences (on one thread,
+batches of 32 random sentences cost 1.44x as much as length-sorted ones, and sorted batches of 16 less than random
+ones of 32: ``bench/serve-lanes-2026-12-07/batch_surface.out``; 1.16x the sentences/s at 64 clients:
+``docs/usage.md``). A sentence that has waited ``hold`` seconds is in the next share taken, so none waits for ever;
+with every lane free, or few sentences waiting, all of them decode at once (a light load is answered without
+holding anything).
+
 A call that fails (a decoding process died) fails the requests of that group only, with :class:`DecodingFailed`;
 the next batch goes on (the decoding process is replaced).
 """
@@ -20,6 +30,7 @@ the next batch goes on (the decoding process is replaced).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +42,8 @@ from nmt.errors import NmtError
 Hypotheses = list[list[tuple[str, float]]]
 GATHER_WINDOWS = 10  # a batch gathers for at most this many windows after its first request
 Translate = Callable[[Sequence[str], Any], Hypotheses]
+MIN_POOL = 16  # fewer waiting sentences all decode at once, whatever their lengths
+HOLD = 2.0  # seconds a sentence may be left for a batch of others' lengths
 
 
 class DecodingFailed(Exception):
@@ -64,13 +77,24 @@ class Waiting:
 Sentence = tuple[Waiting, int]  # a request and the index of one of its lines
 
 
-def split_by_length(items: Sequence[Waiting], parts: int) -> list[list[Sentence]]:
-    """The sentences of ``items`` sorted by word count, cut into at most ``parts`` runs of about as many sentences
-    each (no run empty; a request's sentences may fall into several runs)."""
-    ordered = sorted(((item, i) for item in items for i in range(len(item.lines))),
-                     key=lambda sentence: len(sentence[0].lines[sentence[1]].split()))
-    size = -(-len(ordered) // max(min(parts, len(ordered)), 1))
-    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
+def words(sentence: Sentence) -> int:
+    return len(sentence[0].lines[sentence[1]].split())
+
+
+def sentences_of(items: Sequence[Waiting]) -> list[Sentence]:
+    return [(item, i) for item in items for i in range(len(item.lines))]
+
+
+def similar_run(ordered: Sequence[Sentence], size: int, now: float, hold: float) -> int:
+    """The start of the ``size`` consecutive sentences of ``ordered`` (sorted by word count) whose longest is the
+    fewest times their shortest (the first such run), among the runs holding the longest-waiting sentence when it has
+    waited ``hold`` seconds."""
+    starts = range(len(ordered) - size + 1)
+    oldest = min(range(len(ordered)), key=lambda j: ordered[j][0].queued)
+    if now - ordered[oldest][0].queued >= hold:
+        starts = range(max(oldest - size + 1, 0), min(oldest, len(ordered) - size) + 1)
+    lengths = [math.log(words(sentence) + 1) for sentence in ordered]
+    return min(starts, key=lambda start: lengths[start + size - 1] - lengths[start])
 
 
 class DynamicBatcher:
@@ -78,8 +102,10 @@ class DynamicBatcher:
     at a time."""
 
     def __init__(self, translate: Translate, window: float = 0.005, max_sentences: int = 256,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, hold: float = HOLD) -> None:
         self.translate, self.window, self.max_sentences = translate, window, max_sentences
+        self.lanes, self.hold = lanes, hold
+        self.waiting: list[Sentence] = []  # gathered, not in a batch yet (left for one of their lengths)
         self.queue: asyncio.Queue[Waiting] = asyncio.Queue()
         self.executor = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="nmt-serve-decode")
         self.task: asyncio.Task[None] | None = None
@@ -113,13 +139,19 @@ class DynamicBatcher:
         finally:
             self.pending -= len(lines)
 
-    async def _gather(self) -> list[Waiting]:
+    async def _gather(self, block: bool = True) -> list[Waiting]:
         """The first request, then every one that follows the one before within ``window`` (up to
         ``max_sentences``, and no longer than ``GATHER_WINDOWS`` windows after the first): the burst of requests that
         clients send as a batch's answers reach them joins one batch, where a fixed deadline from the first would
         cut it (measured at 64 clients: 48 sentences per batch with a deadline, 62 with gaps; docs/usage.md)."""
         loop = asyncio.get_running_loop()
-        batch = [await self.queue.get()]
+        if block:
+            batch = [await self.queue.get()]
+        else:  # sentences wait already: only what arrives within a window joins them
+            try:
+                batch = [await asyncio.wait_for(self.queue.get(), self.window)]
+            except asyncio.TimeoutError:
+                return []
         size, deadline = len(batch[0].lines), loop.time() + GATHER_WINDOWS * self.window
         while size < self.max_sentences:
             try:
@@ -136,11 +168,32 @@ class DynamicBatcher:
             while not self.free:
                 self.freed.clear()
                 await self.freed.wait()
-            for part in split_by_length(await self._gather(), self.free):
+            self.waiting += sentences_of(await self._gather(block=not self.waiting))
+            for part in self._choose():
                 self.free -= 1
                 task = asyncio.get_running_loop().create_task(self._decode(part))
                 self.decoding.add(task)  # held until done: the loop keeps only weak references to tasks
                 task.add_done_callback(self.decoding.discard)
+
+    def _choose(self) -> list[list[Sentence]]:
+        """The batches for the free lanes from the waiting sentences: all of them, cut by length between the lanes,
+        when every lane is free or fewer than :data:`MIN_POOL` wait; else for each free lane a share of similar
+        lengths (:func:`similar_run`). What is not chosen waits (module doc)."""
+        ordered = sorted(self.waiting, key=words)
+        if self.free == self.lanes or len(ordered) < MIN_POOL:
+            size = min(-(-len(ordered) // self.free), self.max_sentences)
+            parts = [ordered[start:start + size] for start in range(0, len(ordered), size)][:self.free]
+        else:
+            size, now, parts = min(-(-len(ordered) // self.lanes), self.max_sentences), time.perf_counter(), []
+            for _ in range(self.free):
+                start = similar_run(ordered, min(size, len(ordered)), now, self.hold)
+                parts.append(ordered[start:start + size])
+                del ordered[start:start + size]
+                if not ordered:
+                    break
+        chosen = {id(sentence) for part in parts for sentence in part}
+        self.waiting = [sentence for sentence in self.waiting if id(sentence) not in chosen]
+        return parts
 
     async def _decode(self, part: list[Sentence]) -> None:
         """Decode one lane's batch, group by group, and answer the requests whose last sentence it holds; the lane
