@@ -126,6 +126,13 @@ def test_a_sentence_that_waited_its_hold_is_in_the_next_share() -> None:
     """The longest-waiting sentence (one long sentence, then 19 short ones) is left for later by a share of similar
     lengths, unless it has waited ``hold``: then the share is the run of similar lengths that holds it."""
     burst = [" ".join(f"w{j}" for j in range(15))] + [f"s{i}" for i in range(19)]
-    patient, held = _lane_batches(burst, hold=60.0), _lane_batches(burst, hold=0.0)
+    patient, held = _lane_batches(burst, hold=60.0), _lane_batches(burst, hold=1e-6)
     assert burst[0] not in patient[1] and len(patient[1]) == 10
     assert burst[0] in held[1] and len(held[1]) == 10
+
+
+def test_a_hold_of_zero_holds_nothing() -> None:
+    """``hold`` 0 (``nmt serve --hold-ms 0``): the free lane takes every waiting sentence, whatever their lengths."""
+    burst = [" ".join(f"w{j}" for j in range(15))] + [f"s{i}" for i in range(19)]
+    seen = _lane_batches(burst, hold=0.0)
+    assert seen[0] == ["blocker"] and sorted(seen[1]) == sorted(burst) and len(seen) == 2

@@ -237,3 +237,11 @@ def test_the_default_is_one_decoding_process_per_core_on_a_cpu() -> None:
     finally:
         torch.set_num_threads(before)
     assert default_workers(torch.device("cuda")) == 1  # a GPU decodes in the service's process
+
+
+@pytest.mark.parametrize("flag", ["--hold-ms", "--window-ms"])
+def test_a_negative_wait_is_a_one_line_error(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before the model loads: the checkpoint does not even exist."""
+    assert cli.main(["serve", "--checkpoint", str(tmp_path / "missing.pt"), flag, "-1"]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag} -1.0 must be >= 0") and err.count("\n") == 1

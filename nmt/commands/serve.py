@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from nmt.commands import add_checkpoints, checkpoint_paths
 from nmt.config import DecodeConfig, TrainConfig, choices
 from nmt.errors import NmtError
+from nmt.serve.batcher import HOLD
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-ms", type=float, default=5.0,
                         help="how long a batch waits for the next request before it decodes; a burst gathers for "
                              "ten windows at most (default: %(default)s)")
+    parser.add_argument("--hold-ms", type=float, default=1000 * HOLD,
+                        help="beside a busy decoding process, a free one takes the waiting sentences of the most "
+                             "similar lengths and leaves the others, each for at most this long (more sentences/s, "
+                             "a longer latency tail); 0: every waiting sentence decodes at once (default: "
+                             "%(default)s)")
     parser.add_argument("--name", help="the model's name on the page and in answers (default: the checkpoint's "
                                        "file and folder)")
 
@@ -81,15 +87,16 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("max_sentences", "max_chars", "max_body", "max_beam", "port"):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise NmtError(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be at least 1")
-    if args.window_ms < 0:
-        raise NmtError(f"--window-ms {args.window_ms} must be >= 0")
+    for flag in ("window_ms", "hold_ms"):
+        if getattr(args, flag) < 0:
+            raise NmtError(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be >= 0")
     paths = checkpoint_paths(args)
     translator = Translator.from_checkpoints(paths, args.device, args.precision)
     settings = call_settings(translator.config.decode, beam=args.beam)
     name = args.name or " + ".join(f"{Path(p).parent.name}/{Path(p).name}" for p in paths)
     workers = args.workers or default_workers(translator.runtime.device)
     options = ServiceOptions(name, settings, Limits(args.max_sentences, args.max_chars, args.max_body, args.max_beam),
-                             workers, args.window_ms / 1000)
+                             workers, args.window_ms / 1000, hold=args.hold_ms / 1000)
     translator.worker_processes(workers, isolated=True)  # started now: the first request waits for no start-up
     app = build_app(translator, options)
     print(f"serving {name} ({translator.runtime.describe_precision()}) on http://{args.host}:{args.port}",

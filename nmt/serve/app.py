@@ -25,7 +25,7 @@ from nmt.config import DecodeConfig
 from nmt.inference.request import DecodeRequest, call_settings
 from nmt.inference.translator import Translator
 from nmt.machine.hardware import describe_machine, machine_info
-from nmt.serve.batcher import DecodingFailed, DynamicBatcher, Hypotheses
+from nmt.serve.batcher import HOLD, DecodingFailed, DynamicBatcher, Hypotheses
 from nmt.serve.page import render
 from nmt.serve.requests import ApiError, Limits, TranslationRequest, parse_request
 
@@ -40,6 +40,7 @@ class ServiceOptions:
     workers: int = 1
     window: float = 0.005  # seconds the batcher waits for more requests after the first
     max_batch: int = 256  # sentences gathered into one batch at most
+    hold: float = HOLD  # seconds a sentence may wait for a batch of similar lengths (0: never held)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -72,7 +73,8 @@ def build_app(translator: Translator, options: ServiceOptions) -> Starlette:
         call = call_settings(settings, beam=beam, nbest=nbest)
         return translator.translate(lines, settings=call, request=decode_request(pretokenized, options.workers))
 
-    batcher = DynamicBatcher(translate, options.window, options.max_batch, lanes=options.workers)
+    batcher = DynamicBatcher(translate, options.window, options.max_batch, lanes=options.workers,
+                             hold=options.hold)
     precision = translator.runtime.describe_precision()
 
     def check_options(request: TranslationRequest) -> None:

@@ -19,9 +19,9 @@ longest to shortest, and the rest wait for the next free lane with what arrives 
 longest sentence ends, so a batch of one length range takes fewer steps for the same sentences (on one thread,
 batches of 32 random sentences cost 1.44x as much as length-sorted ones, and sorted batches of 16 less than random
 ones of 32: ``bench/serve-lanes-2026-12-07/batch_surface.out``; 1.16x the sentences/s at 64 clients:
-``docs/usage.md``). A sentence that has waited ``hold`` seconds is in the next share taken, so none waits for ever;
-with every lane free, or few sentences waiting, all of them decode at once (a light load is answered without
-holding anything).
+``docs/usage.md``). A sentence that has waited ``hold`` seconds is in the next share taken, so none waits for ever.
+With every lane free, or few sentences waiting, all of them decode at once (a light load is answered without
+holding anything), and with ``hold`` 0 always (``nmt serve --hold-ms 0``: the shortest tail, fewer sentences/s).
 
 A call that fails (a decoding process died) fails the requests of that group only, with :class:`DecodingFailed`;
 the next batch goes on (the decoding process is replaced).
@@ -177,10 +177,10 @@ class DynamicBatcher:
 
     def _choose(self) -> list[list[Sentence]]:
         """The batches for the free lanes from the waiting sentences: all of them, cut by length between the lanes,
-        when every lane is free or fewer than :data:`MIN_POOL` wait; else for each free lane a share of similar
-        lengths (:func:`similar_run`). What is not chosen waits (module doc)."""
+        when every lane is free, fewer than :data:`MIN_POOL` wait or ``hold`` is 0; else for each free lane a share of
+        similar lengths (:func:`similar_run`). What is not chosen waits (module doc)."""
         ordered = sorted(self.waiting, key=words)
-        if self.free == self.lanes or len(ordered) < MIN_POOL:
+        if self.free == self.lanes or len(ordered) < MIN_POOL or self.hold <= 0:
             size = min(-(-len(ordered) // self.free), self.max_sentences)
             parts = [ordered[start:start + size] for start in range(0, len(ordered), size)][:self.free]
         else:
