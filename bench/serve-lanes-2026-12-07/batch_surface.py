@@ -7,29 +7,10 @@ groups waiting sentences by length can form); beam-search steps counted.
 """
 import random
 import sys
-import time
 
-import torch
+from lane_batches import counting_translator, timed  # this folder's script: the same translator and step counter
 
-from nmt.machine.allocator import reexec_with_allocator
-
-reexec_with_allocator()
-from nmt.inference.translator import Translator  # noqa: E402
-from nmt.model.transformer import Transformer  # noqa: E402
-
-torch.set_num_threads(1)
-translator = Translator.from_checkpoint(sys.argv[1], precision="fp32")
-sources = translator.encode(open(sys.argv[2], encoding="utf-8").read().splitlines(), pretokenized=True)
-steps = [0]
-original = Transformer.step
-
-
-def counted(self, prev, state):
-    steps[0] += 1
-    return original(self, prev, state)
-
-
-Transformer.step = counted
+translator, sources, steps = counting_translator(sys.argv[1], sys.argv[2])
 n = len(sources)
 order = sorted(range(n), key=lambda i: len(sources[i]))
 shuffled = list(range(n))
@@ -49,10 +30,6 @@ layouts.update({f"random {b}": [shuffled[i:i + b] for i in range(0, n, b)] for b
 layouts.update({f"pool {p} cut {b}": pooled(p, b) for p, b in ((64, 32), (64, 16), (128, 32), (256, 32))})
 translator.translate_ids(sources[:32])
 for name, batches in layouts.items():
-    steps[0] = 0
-    started = time.perf_counter()
-    for batch in batches:
-        translator.translate_ids([sources[i] for i in batch])
-    seconds = time.perf_counter() - started
+    seconds = timed(translator, sources, batches, steps)
     print(f"{name:18s} {n / seconds:6.1f} sent/s {steps[0]:5d} steps {1000 * seconds / steps[0]:6.2f} ms/step",
           flush=True)

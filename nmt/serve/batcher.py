@@ -180,19 +180,18 @@ class DynamicBatcher:
         when every lane is free, fewer than :data:`MIN_POOL` wait or ``hold`` is 0; else for each free lane a share of
         similar lengths (:func:`similar_run`). What is not chosen waits (module doc)."""
         ordered = sorted(self.waiting, key=words)
+        parts: list[list[Sentence]] = []
         if self.free == self.lanes or len(ordered) < MIN_POOL or self.hold <= 0:
             size = min(-(-len(ordered) // self.free), self.max_sentences)
             parts = [ordered[start:start + size] for start in range(0, len(ordered), size)][:self.free]
+            del ordered[:sum(len(part) for part in parts)]
         else:
-            size, now, parts = min(-(-len(ordered) // self.lanes), self.max_sentences), time.perf_counter(), []
-            for _ in range(self.free):
+            size, now = min(-(-len(ordered) // self.lanes), self.max_sentences), time.perf_counter()
+            while ordered and len(parts) < self.free:
                 start = similar_run(ordered, min(size, len(ordered)), now, self.hold)
                 parts.append(ordered[start:start + size])
                 del ordered[start:start + size]
-                if not ordered:
-                    break
-        chosen = {id(sentence) for part in parts for sentence in part}
-        self.waiting = [sentence for sentence in self.waiting if id(sentence) not in chosen]
+        self.waiting = ordered  # what no lane took
         return parts
 
     async def _decode(self, part: list[Sentence]) -> None:
