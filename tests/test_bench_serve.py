@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
 from tests.test_translate import synthetic_sentences, tiny_checkpoint
 
 pytest.importorskip("starlette")
@@ -56,3 +57,19 @@ def test_bench_serve_names_a_missing_checkpoint(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoint", str(tmp_path / "none.pt"),
                           "--input", str(SCRIPT)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and run.stderr.strip() == f"bench_serve: {tmp_path / 'none.pt'}: no such file"
+
+
+def test_peak_memory_sums_the_tree_and_finds_a_process_started_later() -> None:
+    """The sampler walks /proc only now and then: a grandchild started after it holds 300 MiB and is still counted."""
+    bench = load_script("bench_serve")
+    grandchild = ("import time; block = bytearray(300 * 2**20); block[::4096] = b'x' * len(block[::4096]); "
+                  "time.sleep(1.5)")
+    child = (f"import subprocess, sys, time; time.sleep(0.3); subprocess.run([sys.executable, '-c', {grandchild!r}])")
+    process = subprocess.Popen([sys.executable, "-c", child])
+    memory = bench.PeakMemory(process.pid, interval=0.02)
+    memory.TREE_EVERY = 0.1
+    process.wait(timeout=60)
+    peak = memory.stop()
+    assert peak > 300 + 2 * 5  # the block plus two interpreters
+    assert bench.rss_mb(process.pid) == 0.0  # an exited process counts nothing, and raises nothing
+    assert os.getpid() in bench.process_tree(os.getpid())

@@ -417,7 +417,8 @@ def _serve_rounds(name: str) -> list[dict[str, Any]]:
 def test_the_similar_length_serving_rows_are_their_reports() -> None:
     """docs/usage.md's rows of the shares of similar lengths (the full run and the 64-client run), from their JSON."""
     full, only64 = "serve-2026-12-07-amd-avx2-similar-lengths", "serve-2026-12-07-amd-avx2-similar-lengths-64"
-    for name, blanks in ((full, ""), (only64, " | |")):
+    light = "serve-2026-12-07-amd-avx2-light-sampler"
+    for name, blanks in ((full, ""), (only64, " | |"), (light, "")):
         rounds = _serve_rounds(name)
         cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
         levels = [serve_summary([level["sentences_per_s"] for level in levels])
@@ -509,3 +510,42 @@ def test_the_lane_batch_costs_recompute() -> None:
     sort, mixed = (f"{ratios[kind][0]:.2f}-{ratios[kind][-1]:.2f}x" for kind in ("sorted", "random"))
     assert_quoted("docs/usage.md", "{}", f"batches of 32 decode at {sort} the command line's rate and random ones at "
                                          f"{mixed}")
+
+
+def test_the_sampler_comparison_recomputes() -> None:
+    """docs/usage.md's figures on what the old memory sampler cost, from the committed A/B rounds."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sampler_summary", BENCH / "serve-sampler-2026-12-07" / "summary.py")
+    assert spec is not None and spec.loader is not None
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    table = summary.rates()
+
+    def ratios(side: str, sampler: str) -> list[float]:
+        runs = table[side, sampler]
+        return [runs[key] / table[side, "none"][key] for key in runs]
+
+    cli = ratios("translate --workers 1", "walk-every-sample")
+    assert len(cli) == 7 and max(cli) < 1  # slower in every round
+    docs = "docs/usage.md"
+    serve = statistics.median(ratios("serve 64 clients", "walk-every-sample"))
+    light = statistics.median(ratios("translate --workers 1", "tree-cached"))
+    assert_quoted(docs, "{}", f"to {statistics.median(cli):.2f}x in the median of 7 rounds "
+                              f"({min(cli):.2f}-{max(cli):.2f}x)")
+    assert_quoted(docs, "{}", f"did not measurably change ({serve:.2f}x)")
+    assert_quoted(docs, "{}", f"({light:.2f}x of no sampler")
+    rounds = _serve_rounds("serve-2026-12-07-amd-avx2-light-sampler")
+    ratio = serve_summary([r["service"]["levels"][-1]["sentences_per_s"] / r["cli"]["sentences_per_s"]
+                           for r in rounds], 2)
+    assert_quoted(docs, "{}", f"gives **{ratio.replace(' (', 'x (')} at 64 clients**")
+    client = table["serve 64 clients client cpu", "walk-every-sample"].values()
+    assert_quoted(docs, "{}", f"~{statistics.median(client):.1f} s of CPU time per 64-client level")
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        summary.main()
+    assert printed.getvalue() == (BENCH / "serve-sampler-2026-12-07" / "summary.out").read_text(encoding="utf-8")
+

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 
 def script() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("plot_runs", str(ROOT / "scripts" / "plot_runs"))
-    spec = importlib.util.spec_from_loader("plot_runs", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script("plot_runs")
 
 
 def write_run(directory: Path, points: list[tuple[int, float, float]]) -> Path:

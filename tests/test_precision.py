@@ -4,8 +4,6 @@ on an emulating CPU warns once; the hardware probe and the machine record are sa
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
-import importlib.util
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from nmt.machine import hardware, runtime
 from nmt.machine.hardware import NATIVE_BF16_FLAGS, Bf16Support
 from nmt.machine.runtime import choose_precision, resolve_precision, setup
 from nmt.training.loop import train
+from tests.scripts import load_script
 from tests.synthetic import prepare_synthetic, tiny_config
 from tests.test_translate import run_cli, tiny_checkpoint
 
@@ -158,11 +157,7 @@ def test_machine_info_names_the_machine() -> None:
 
 
 def load_bench_peers() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers"
-    loader = importlib.machinery.SourceFileLoader("bench_peers", str(path))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_peers", loader))
-    loader.exec_module(module)
-    return module
+    return load_script("bench_peers")
 
 
 def test_bench_peers_runs_ours_in_bf16_only_where_native(cpu_class: pytest.MonkeyPatch) -> None:

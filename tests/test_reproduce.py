@@ -4,8 +4,6 @@ directories."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +22,7 @@ from nmt.checkpoint.files import load_checkpoint, save_checkpoint
 from nmt.experiments.pipeline import RunSpec, finished, train_run
 from nmt.experiments.published import BASELINE
 from nmt.metrics import tokenized_bleu
+from tests.scripts import load_script
 from tests.synthetic import tiny_config, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,14 +31,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 pytest.importorskip("matplotlib")
 
 
-def load_script() -> ModuleType:
-    path = ROOT / "scripts" / "reproduce"
-    loader = importlib.machinery.SourceFileLoader("reproduce_script", str(path))
-    spec = importlib.util.spec_from_loader("reproduce_script", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+def load_reproduce() -> ModuleType:
+    return load_script("reproduce", "reproduce_script")
 
 
 def setup_dirs(tmp_path: Path) -> list[str]:
@@ -59,7 +52,7 @@ def setup_dirs(tmp_path: Path) -> list[str]:
 def test_reproduce_two_seeds_records_and_report_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two systems x two seeds: mean ± sd rows, the across-seed test, one record per run; a rerun neither trains nor
     decodes; --report-only after deleting the run directories rebuilds the same tables."""
-    script = load_script()
+    script = load_reproduce()
     args = [*setup_dirs(tmp_path), "--seeds", "1", "2", "--max-steps", "20", "--shuffles", "200"]
     assert script.main(args) == 0
     out = tmp_path / "results" / "cpu-xx-yy"
@@ -124,7 +117,7 @@ def test_reproduce_two_seeds_records_and_report_only(tmp_path: Path, capsys: pyt
 
 
 def test_missing_config_fails_before_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    script = load_script()
+    script = load_reproduce()
     args = setup_dirs(tmp_path)
     assert script.main([*args, "--pairs", "zz-yy"]) == 2
     err = capsys.readouterr().err
