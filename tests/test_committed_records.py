@@ -549,3 +549,19 @@ def test_the_sampler_comparison_recomputes() -> None:
         summary.main()
     assert printed.getvalue() == (BENCH / "serve-sampler-2026-12-07" / "summary.out").read_text(encoding="utf-8")
 
+
+def test_the_shared_weights_comparison_recomputes() -> None:
+    """The per-round ratio of the shared-weights patch to the code before (docs/usage.md) from its committed rounds."""
+    import re
+
+    rates: dict[int, dict[str, float]] = {}
+    for line in (BENCH / "serve-shared-weights-2026-12-07" / "tree_ab.out").read_text(encoding="utf-8").splitlines():
+        match = re.match(r"round (\d+) (before|shared)\s+64 clients: ([\d.]+) sentences/s", line)
+        if match:
+            rates.setdefault(int(match[1]), {})[match[2]] = float(match[3])
+    ratios = [pair["shared"] / pair["before"] for pair in rates.values()]
+    assert len(ratios) == 6
+    quoted = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) per round"
+    assert_quoted("docs/usage.md", "{}", quoted)
+    assert_quoted("bench/serve-shared-weights-2026-12-07/README.md", "{}",
+                  quoted.replace(") per round", ", n = 6)"))
