@@ -38,8 +38,9 @@ def test_bench_serve_measures_both_sides_on_the_same_sentences(tmp_path: Path) -
         assert [run["workers"] for run in cli["runs"]] == [1, 2]  # the bar: the faster command line
         assert cli["sentences_per_s"] == max(run["sentences_per_s"] for run in cli["runs"])
         assert cli["seconds_total"] > 0 and cli["seconds_startup"] > 0 and cli["peak_rss_mb"] > 50
-        # decoding = the run minus the start-up of an empty run (on 10 tiny sentences both are mostly start-up)
+        # decoding = the run minus a run of the first line alone (on 10 tiny sentences both are mostly start-up)
         assert cli["seconds_decoding"] == max(cli["seconds_total"] - cli["seconds_startup"], 1e-9)
+        assert cli["sentences_per_s"] == 9 / cli["seconds_decoding"]
         assert [level["clients"] for level in record["service"]["levels"]] == [1, 4]
         for level in record["service"]["levels"]:
             assert level["equal_to_cli"] == 10  # fp32: a sentence decodes the same alone or in a batch
@@ -73,3 +74,13 @@ def test_peak_memory_sums_the_tree_and_finds_a_process_started_later() -> None:
     assert peak > 300 + 2 * 5  # the block plus two interpreters
     assert bench.rss_mb(process.pid) == 0.0  # an exited process counts nothing, and raises nothing
     assert os.getpid() in bench.process_tree(os.getpid())
+
+
+def test_bench_serve_needs_two_lines(tmp_path: Path) -> None:
+    source = tmp_path / "one.txt"
+    source.write_text("Ola .\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoint", str(SCRIPT), "--input", str(source)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.strip() == (f"bench_serve: {source}: 1 line(s); the command line's start-up takes the first, "
+                                  "so at least 2 are needed")
