@@ -417,8 +417,8 @@ def _serve_rounds(name: str) -> list[dict[str, Any]]:
 def test_the_similar_length_serving_rows_are_their_reports() -> None:
     """docs/usage.md's rows of the shares of similar lengths (the full run and the 64-client run), from their JSON."""
     full, only64 = "serve-2026-12-07-amd-avx2-similar-lengths", "serve-2026-12-07-amd-avx2-similar-lengths-64"
-    light = "serve-2026-12-07-amd-avx2-light-sampler"
-    for name, blanks in ((full, ""), (only64, " | |"), (light, "")):
+    light, first = "serve-2026-12-07-amd-avx2-light-sampler", "serve-2026-12-07-amd-avx2-first-line-startup"
+    for name, blanks in ((full, ""), (only64, " | |"), (light, ""), (first, "")):
         rounds = _serve_rounds(name)
         cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
         levels = [serve_summary([level["sentences_per_s"] for level in levels])
@@ -565,3 +565,18 @@ def test_the_shared_weights_comparison_recomputes() -> None:
     assert_quoted("docs/usage.md", "{}", quoted)
     assert_quoted("bench/serve-shared-weights-2026-12-07/README.md", "{}",
                   quoted.replace(") per round", ", n = 6)"))
+
+
+def test_the_first_line_startup_prose_recomputes() -> None:
+    """docs/usage.md's start-up seconds and command-line rates of the run whose start-up was taken on one line."""
+    rounds = _serve_rounds("serve-2026-12-07-amd-avx2-first-line-startup")
+    runs = {workers: [r["cli"]["runs"][index] for r in rounds] for index, workers in enumerate((1, 2))}
+    assert all(run["workers"] == workers for workers in runs for run in runs[workers])
+    startup = {w: [run["seconds_startup"] for run in runs[w]] for w in runs}
+    rates = {w: statistics.median(run["sentences_per_s"] for run in runs[w]) for w in runs}
+    ratio = serve_summary([r["service"]["levels"][-1]["sentences_per_s"] / r["cli"]["sentences_per_s"]
+                           for r in rounds], 2)
+    assert_quoted("docs/usage.md", "{}", f"({min(startup[2]):.1f}-{max(startup[2]):.1f} s of start-up with "
+                                         f"`--workers 2` against {min(startup[1]):.1f}-{max(startup[1]):.1f} s")
+    assert_quoted("docs/usage.md", "{}", f"are level ({rates[2]:.1f} against {rates[1]:.1f} sentences/s)")
+    assert_quoted("docs/usage.md", "{}", f"still gives **{ratio.replace(' (', 'x (')}**")
