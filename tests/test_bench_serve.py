@@ -67,8 +67,7 @@ def test_peak_memory_sums_the_tree_and_finds_a_process_started_later() -> None:
                   "time.sleep(1.5)")
     child = (f"import subprocess, sys, time; time.sleep(0.3); subprocess.run([sys.executable, '-c', {grandchild!r}])")
     process = subprocess.Popen([sys.executable, "-c", child])
-    memory = bench.PeakMemory(process.pid, interval=0.02)
-    memory.TREE_EVERY = 0.1
+    memory = bench.PeakMemory(process.pid, interval=0.02, tree_every=0.1)
     process.wait(timeout=60)
     peak = memory.stop()
     assert peak > 300 + 2 * 5  # the block plus two interpreters
