@@ -581,3 +581,61 @@ def test_the_first_line_startup_prose_recomputes() -> None:
                                          f"`--workers 2` against {min(startup[1]):.1f}-{max(startup[1]):.1f} s")
     assert_quoted("docs/usage.md", "{}", f"are level ({rates[2]:.1f} against {rates[1]:.1f} sentences/s)")
     assert_quoted("docs/usage.md", "{}", f"still gives **{ratio.replace(' (', 'x (')}**")
+
+
+def test_the_int8_rows_records_recompute() -> None:
+    """The per-row int8 change's figures (docs/performance.md, docs/usage.md, the README beside the rounds) from its
+    committed A/B rounds, layer errors and service runs."""
+    import contextlib
+    import importlib.util
+    import io
+
+    folder = BENCH / "int8-rows-2026-12-07"
+    spec = importlib.util.spec_from_file_location("int8_rows_summary", folder / "summary.py")
+    assert spec is not None and spec.loader is not None
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        summary.main()
+    assert printed.getvalue() == (folder / "summary.out").read_text(encoding="utf-8")
+    readme = "bench/int8-rows-2026-12-07/README.md"
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f}, n = {len(values)})"
+
+    one_whole = spread(summary.ratios("ab_1thread.out", "sentences_per_s"))
+    two_whole = spread(summary.ratios("ab_2threads.out", "sentences_per_s"))
+    one_small = spread(summary.ratios("ab_1thread.out", "sorted21_sentences_per_s"))
+    for document in ("docs/performance.md", readme):
+        assert_quoted(document, "{}", one_whole)
+        assert_quoted(document, "{}", two_whole)
+        assert_quoted(document, "{}", one_small)
+    for figure in (one_whole, one_small):
+        assert_quoted("docs/usage.md", "{}", figure.split(", n =")[0] + ")")
+    equal = {(new["alone_equal_64"], old["alone_equal_64"]) for name in ("ab_1thread.out", "ab_2threads.out")
+             for new, old in summary.pairs(name)}
+    assert len(equal) == 1
+    (new_equal, old_equal), = equal
+    assert_quoted("docs/performance.md", "{}",
+                  f"lines equal alone and in the file {new_equal} of 64 ({old_equal} before)")
+    assert_quoted("docs/performance.md", "{}", f"{64 - old_equal} of the first 64 test lines translated differently")
+    tensor, change = summary.layer_errors()
+    assert_quoted("docs/performance.md", "{}", f"errs {statistics.mean(change):.4f} on average against "
+                                              f"{statistics.mean(tensor):.4f}")
+    runs = {side: _serve_rounds(f"int8-rows-2026-12-07/serve-{side}") for side in ("per-tensor", "per-row")}
+    equal_cli = {side: min(r["service"]["levels"][-1]["equal_to_cli"] for r in rounds) for side, rounds in runs.items()}
+    assert_quoted("docs/usage.md", "{}", f"differ from the command line's for {equal_cli['per-tensor']:,} of the 1,112")
+    assert_quoted("docs/usage.md", "{}", f"and {equal_cli['per-row']:,} of 1,112 answers are the command line's")
+    assert_quoted("docs/performance.md", "{}", f"service answers equal {equal_cli['per-row']:,} of 1,112")
+    service = {side: [r["service"]["levels"][-1]["sentences_per_s"] for r in rounds] for side, rounds in runs.items()}
+    bar = {side: [r["cli"]["sentences_per_s"] for r in rounds] for side, rounds in runs.items()}
+    ratio = {side: serve_summary([s / c for s, c in zip(service[side], bar[side], strict=True)], 2) for side in runs}
+    assert_quoted("docs/usage.md", "{}", f"{serve_summary(service['per-row'])} sentences/s at 64 clients, "
+                                         f"{ratio['per-row'].replace(' (', 'x (')} of its command line "
+                                         f"({statistics.median(bar['per-row']):.1f} sentences/s; before: "
+                                         f"{statistics.median(service['per-tensor']):.1f}, "
+                                         f"{ratio['per-tensor'].split(' ')[0]}x)")
+    assert_quoted(readme, "{}", f"per tensor {serve_summary(service['per-tensor'])} sentences/s, "
+                                f"{ratio['per-tensor'].replace(' (', 'x (')} of its command line; per row "
+                                f"{serve_summary(service['per-row'])}, {ratio['per-row'].replace(' (', 'x (')}")

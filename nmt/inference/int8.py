@@ -1,8 +1,9 @@
 """int8 decoding on CPU: dynamic quantization of the Linear layers and of the tied output projection.
 
 ``decode.precision: int8`` (``nmt translate --precision int8``) decodes with a copy of the model whose Linear layers
-are torch's dynamically quantized ones (``torch.ao.quantization.quantize_dynamic``): weights stored as int8 with one
-scale per output row, activations quantized per call, products accumulated in int32. The tied output projection
+are :class:`~nmt.inference.int8_linear.RowInt8Linear`: weights stored as int8 with one scale per output row,
+activations quantized per call and per row (so no row's product depends on its batch), products accumulated
+in int32 by torch's quantized kernels. The tied output projection
 (``h . w^T + bias`` over the whole vocabulary, the largest matmul of a decoder step) gets the same treatment from the
 embedding table as used (unit rows under FixNorm). Everything that is not a matmul with learned weights stays float32:
 LayerNorm/ScaleNorm/RMSNorm, the QKNorm scoring (unit-normalized queries and keys times the learned gain g), FixNorm's
@@ -17,20 +18,21 @@ The quantized engine is chosen per CPU (:func:`int8_engine`): oneDNN where the C
 from __future__ import annotations
 
 import copy
-import warnings
-from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from nmt import kernels
 from nmt.errors import NmtError
+from nmt.inference.int8_linear import RowInt8Linear
 from nmt.machine import hardware
 from nmt.modules.embeddings import MASKED_LOGIT
 
 INT8 = "int8"
 # Linear layers whose weight is sliced by the model instead of called as a module (cross-attention's in_proj)
 SLICED_WEIGHTS = ("cross_attn.in_proj",)
+# Linear layers whose inputs are never negative (the feed-forward block's second layer, after its ReLU)
+NONNEGATIVE_INPUTS = ("ffn.down",)
 # CPU flags of int8 dot-product instructions that oneDNN uses (fbgemm covers AVX2 and AVX-512 without them)
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
@@ -51,12 +53,8 @@ class Int8Logits(nn.Module):
 
     def __init__(self, table: Tensor, bias: Tensor | None) -> None:
         super().__init__()
-        float_linear = nn.Linear(table.size(1), table.size(0), bias=bias is not None)
-        with torch.no_grad():
-            float_linear.weight.copy_(table)
-            if bias is not None:
-                float_linear.bias.copy_(bias)
-        self.proj = cast(nn.Sequential, _quantize(nn.Sequential(float_linear), {"0"}))[0]
+        torch.backends.quantized.engine = int8_engine()  # packed weights are engine-specific: set before packing
+        self.proj = RowInt8Linear(table, bias)
 
     def forward(self, h: Tensor, table: Tensor | None = None) -> Tensor:
         """Logits (..., V) of ``h`` (..., D); ``table`` (the float rows) is ignored: the int8 copy is used."""
@@ -64,25 +62,27 @@ class Int8Logits(nn.Module):
 
 
 def _quantize(module: nn.Module, names: set[str]) -> nn.Module:
-    """A copy of ``module`` with the Linear layers named in ``names`` dynamically quantized to int8 (per row)."""
+    """``module`` with the Linear layers named in ``names`` replaced by int8 ones (in place)."""
     torch.backends.quantized.engine = int8_engine()  # packed weights are engine-specific: set before packing
-    spec = {name: torch.ao.quantization.per_channel_dynamic_qconfig for name in names}
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; the API works as is
-        warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(module, spec, dtype=torch.qint8)  # type: ignore[arg-type]
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = module.get_submodule(parent_name)
+        linear = getattr(parent, child)
+        nonnegative = name.endswith(NONNEGATIVE_INPUTS)
+        setattr(parent, child, RowInt8Linear(linear.weight, linear.bias, nonnegative=nonnegative))
+    return module
 
 
 def quantize_for_decoding(model: nn.Module) -> nn.Module:
     """An int8 copy of ``model`` (a :class:`~nmt.model.transformer.Transformer` on CPU, in eval mode) for decoding.
 
-    Every Linear layer except those in :data:`SLICED_WEIGHTS` becomes a dynamically quantized one, and the tied
+    Every Linear layer except those in :data:`SLICED_WEIGHTS` becomes a :class:`RowInt8Linear`, and the tied
     output projection becomes an :class:`Int8Logits`; norms, QKNorm gains, embeddings and positions stay float32.
     """
     if next(model.parameters()).device.type != "cpu":
         raise NmtError("decode precision 'int8' runs on CPU only (use bf16 or fp16 on GPU)")
     names = {name for name, module in model.named_modules()
              if isinstance(module, nn.Linear) and not name.endswith(SLICED_WEIGHTS)}
-    # torch's quantization swaps only the exact nn.Linear class: the copy goes plain for it, and back to the wing
     quantized = kernels.accelerate(_quantize(kernels.plain(copy.deepcopy(model)), names))
     quantized.eval()
     embed = getattr(quantized, "embed", None)
@@ -99,5 +99,5 @@ def quantize_for_decoding(model: nn.Module) -> nn.Module:
 
 
 def is_quantized(module: nn.Module) -> bool:
-    """Whether ``module`` is one of torch's dynamically quantized Linear layers."""
-    return isinstance(module, torch.ao.nn.quantized.dynamic.Linear)
+    """Whether ``module`` is an int8 Linear layer of int8 decoding."""
+    return isinstance(module, RowInt8Linear)
