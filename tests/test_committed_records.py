@@ -269,8 +269,10 @@ def test_the_amd_avx2_training_figures_are_their_report() -> None:
                                 f"{memory['fairseq 0.12.3.1, fp32']} MiB, Marian {memory['Marian 1.12.42, fp32']} MiB")
 
 
-def test_the_amd_avx2_decoding_ratios_are_their_report() -> None:
-    rows = {tool: cells[PIECES] for tool, cells in bench_rows("peers-decode-2026-12-07-amd-avx2.md").items()}
+def amd_avx2_decoding_quotes(name: str) -> list[str]:
+    """What the README says of an AMD AVX2 decoding report ``name``: ours against CTranslate2's best type of the same
+    precision in both layouts, against fairseq, and CTranslate2's backends (MKL forced against its default)."""
+    rows = {tool: cells[PIECES] for tool, cells in bench_rows(name).items()}
 
     def best(kind: str, per_thread: bool, mkl: bool | None = None) -> float:
         return max(speed for tool, speed in rows.items() if tool.startswith("CTranslate2")
@@ -283,18 +285,24 @@ def test_the_amd_avx2_decoding_ratios_are_their_report() -> None:
             for kind in ("fp32", "int8") for per_thread in (False, True)}
     versus = [f"{ours[('fp32', t)] / best('float32', t):.2f}" for t in (False, True)]
     versus_int8 = [f"{ours[('int8', t)] / best('int8', t):.2f}" for t in (False, True)]
-    assert_quoted(README, "{}", f"one batch on both threads: fp32 **{versus[0]}×** CTranslate2's best float32, int8 "
-                                f"**{versus_int8[0]}×** its best int8; one batch per thread: fp32 **{versus[1]}×**, "
-                                f"int8 **{versus_int8[1]}×**")
     fairseq = {key: f"{speed / rows['fairseq 0.12.3.1, fp32']:.2f}" for key, speed in ours.items()}
-    assert_quoted(README, "{}", f"against fairseq fp32 {fairseq[('fp32', False)]}×, int8 {fairseq[('int8', False)]}× "
-                                f"(per thread {fairseq[('fp32', True)]}×, {fairseq[('int8', True)]}×)")
     mkl = [best("float32", t, True) / best("float32", t, False) for t in (False, True)]
     int8 = [best("int8", t, True) / best("int8", t, False) for t in (False, True)]
     forced = ", MKL forced (CT2_USE_MKL=1)"
     int8 += [rows[tool] / rows[tool.replace(forced, "")] for tool in rows if forced in tool and "int8" in tool]
-    assert_quoted(README, "{}", f"float32 {mkl[0]:.2f}× its default with one batch, {mkl[1]:.2f}× per thread; int8 "
-                                f"{min(int8):.2f}-{max(int8):.2f}×")
+    return [f"one batch on both threads: fp32 **{versus[0]}×** CTranslate2's best float32, int8 **{versus_int8[0]}×** "
+            f"its best int8; one batch per thread: fp32 **{versus[1]}×**, int8 **{versus_int8[1]}×**",
+            f"against fairseq fp32 {fairseq[('fp32', False)]}×, int8 {fairseq[('int8', False)]}× "
+            f"(per thread {fairseq[('fp32', True)]}×, {fairseq[('int8', True)]}×)",
+            f"float32 {mkl[0]:.2f}× its default with one batch, {mkl[1]:.2f}× per thread; int8 "
+            f"{min(int8):.2f}-{max(int8):.2f}×"]
+
+
+@pytest.mark.parametrize("name", ["peers-decode-2026-12-07-amd-avx2.md",
+                                  "peers-decode-2026-12-07-amd-avx2-int8-rows.md"])
+def test_the_amd_avx2_decoding_ratios_are_their_report(name: str) -> None:
+    for quote in amd_avx2_decoding_quotes(name):
+        assert_quoted(README, "{}", quote)
 
 
 def test_the_decoding_ratios_are_median_and_range_of_every_run() -> None:
@@ -639,3 +647,21 @@ def test_the_int8_rows_records_recompute() -> None:
     assert_quoted(readme, "{}", f"per tensor {serve_summary(service['per-tensor'])} sentences/s, "
                                 f"{ratio['per-tensor'].replace(' (', 'x (')} of its command line; per row "
                                 f"{serve_summary(service['per-row'])}, {ratio['per-row'].replace(' (', 'x (')}")
+    after = bench_rows("peers-decode-2026-12-07-amd-avx2-int8-rows.md")
+    before = bench_rows("peers-decode-2026-12-07-amd-avx2.md")
+
+    def pieces(rows: dict[str, dict[str, float]], per_thread: bool) -> tuple[str, str]:
+        """Ours int8 and CTranslate2's best int8 type, output pieces/s, in one layout."""
+        layout = ("one batch per thread" in tool for tool in rows)
+        ct2 = max(row[PIECES] for (tool, row), own in zip(rows.items(), layout, strict=True)
+                  if tool.startswith("CTranslate2") and "int8" in tool and own == per_thread)
+        ours = rows["nmt (ours), int8" + (", --workers (one batch per thread)" if per_thread else "")][PIECES]
+        return f"{ours:,.0f}", f"{ct2:,.0f}"
+
+    (one, one_ct2), (per, per_ct2), (old_per, old_ct2) = pieces(after, False), pieces(after, True), pieces(before, True)
+    assert_quoted("docs/performance.md", "{}", f"ours int8 {one} output pieces/s with one batch on both threads "
+                                              f"against CTranslate2's best int8 {one_ct2}")
+    assert_quoted("docs/performance.md", "{}", f"{per} with one batch per thread against {per_ct2}")
+    assert_quoted("docs/performance.md", "{}", f"before; ours {old_per} then, CTranslate2 {old_ct2})")
+    bleu = {kind: after[f"nmt (ours), {kind}"]["test BLEU (tokenized)"] for kind in ("fp32", "int8")}
+    assert_quoted(README, "{}", f"test BLEU ours {bleu['fp32']:.2f} fp32, {bleu['int8']:.2f} int8")
