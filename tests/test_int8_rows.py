@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +25,11 @@ def engine(request: pytest.FixtureRequest) -> Iterator[str]:
     torch.backends.quantized.engine = request.param
     yield request.param
     torch.backends.quantized.engine = before
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Translator:
+    return copy_task_model(tmp_path_factory.mktemp("int8-rows"))
 
 
 def _rows(nonnegative: bool, seed: int = 0) -> Tensor:
@@ -92,16 +96,14 @@ def test_the_sentinel_row_pins_the_scale_the_fixed_scale_kernel_takes() -> None:
         torch.backends.quantized.engine = before
 
 
-def test_only_the_layers_after_a_relu_take_unsigned_rows(tmp_path: Path) -> None:
-    trained = copy_task_model(tmp_path)
+def test_only_the_layers_after_a_relu_take_unsigned_rows(trained: Translator) -> None:
     model = quantize_for_decoding(trained.model)  # type: ignore[arg-type]
     layers = {name: module for name, module in model.named_modules() if is_quantized(module)}
     assert layers and {name for name, m in layers.items() if m.nonnegative} == {
         name for name in layers if name.endswith(NONNEGATIVE_INPUTS)} != set()
 
 
-def test_a_sentence_translates_the_same_alone_and_in_a_batch(tmp_path: Path) -> None:
-    trained = copy_task_model(tmp_path)
+def test_a_sentence_translates_the_same_alone_and_in_a_batch(trained: Translator) -> None:
     int8 = Translator(trained.model, trained.config, trained.tokenizer, torch.device("cpu"), precision="int8")
     generator = torch.Generator().manual_seed(7)
     vocab = trained.tokenizer.vocab_size

@@ -49,11 +49,11 @@ def int8_engine() -> str:
 
 
 class Int8Logits(nn.Module):
-    """The tied output projection ``h . w^T + bias`` with ``w`` quantized to int8 (one scale per vocabulary row)."""
+    """The tied output projection ``h . w^T + bias`` with ``w`` quantized to int8 (one scale per vocabulary row),
+    packed for the current quantized engine (:func:`quantize_for_decoding` sets it)."""
 
     def __init__(self, table: Tensor, bias: Tensor | None) -> None:
         super().__init__()
-        torch.backends.quantized.engine = int8_engine()  # packed weights are engine-specific: set before packing
         self.proj = RowInt8Linear(table, bias)
 
     def forward(self, h: Tensor, table: Tensor | None = None) -> Tensor:
@@ -62,8 +62,8 @@ class Int8Logits(nn.Module):
 
 
 def _quantize(module: nn.Module, names: set[str]) -> nn.Module:
-    """``module`` with the Linear layers named in ``names`` replaced by int8 ones (in place)."""
-    torch.backends.quantized.engine = int8_engine()  # packed weights are engine-specific: set before packing
+    """``module`` with the Linear layers named in ``names`` replaced by int8 ones (in place), packed for the current
+    quantized engine."""
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = module.get_submodule(parent_name)
@@ -83,7 +83,8 @@ def quantize_for_decoding(model: nn.Module) -> nn.Module:
         raise NmtError("decode precision 'int8' runs on CPU only (use bf16 or fp16 on GPU)")
     names = {name for name, module in model.named_modules()
              if isinstance(module, nn.Linear) and not name.endswith(SLICED_WEIGHTS)}
-    quantized = kernels.accelerate(_quantize(kernels.plain(copy.deepcopy(model)), names))
+    torch.backends.quantized.engine = int8_engine()  # packed weights are engine-specific: set before packing
+    quantized = kernels.accelerate(_quantize(copy.deepcopy(model), names))
     quantized.eval()
     embed = getattr(quantized, "embed", None)
     if embed is not None and hasattr(embed, "table"):
