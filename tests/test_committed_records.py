@@ -104,6 +104,24 @@ def assert_quoted(document: str, text: str, figure: str) -> None:
     assert quoted in flat_text(document), f"{document} should say {quoted!r} (recomputed from committed files)"
 
 
+def recomputed_summary(folder: str) -> Any:
+    """``bench/FOLDER/summary.py`` loaded as a module, after checking that its ``main()`` prints its committed
+    ``summary.out``; its functions then recompute what the documents quote."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location(f"{folder}_summary", BENCH / folder / "summary.py")
+    assert spec is not None and spec.loader is not None
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        summary.main()
+    assert printed.getvalue() == (BENCH / folder / "summary.out").read_text(encoding="utf-8")
+    return summary
+
+
 def gl_en_lines(split: str) -> list[str]:
     path = SHARED_DATA / "gl-en" / f"{split}.en"
     if not path.is_file():
@@ -594,19 +612,7 @@ def test_the_first_line_startup_prose_recomputes() -> None:
 def test_the_int8_rows_records_recompute() -> None:
     """The per-row int8 change's figures (docs/performance.md, docs/usage.md, the README beside the rounds) from its
     committed A/B rounds, layer errors and service runs."""
-    import contextlib
-    import importlib.util
-    import io
-
-    folder = BENCH / "int8-rows-2026-12-07"
-    spec = importlib.util.spec_from_file_location("int8_rows_summary", folder / "summary.py")
-    assert spec is not None and spec.loader is not None
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        summary.main()
-    assert printed.getvalue() == (folder / "summary.out").read_text(encoding="utf-8")
+    summary = recomputed_summary("int8-rows-2026-12-07")
     readme = "bench/int8-rows-2026-12-07/README.md"
 
     def spread(values: list[float]) -> str:
@@ -665,3 +671,21 @@ def test_the_int8_rows_records_recompute() -> None:
     assert_quoted("docs/performance.md", "{}", f"before; ours {old_per} then, CTranslate2 {old_ct2})")
     bleu = {kind: after[f"nmt (ours), {kind}"]["test BLEU (tokenized)"] for kind in ("fp32", "int8")}
     assert_quoted(README, "{}", f"test BLEU ours {bleu['fp32']:.2f} fp32, {bleu['int8']:.2f} int8")
+
+
+def test_the_small_decoding_costs_records_recompute() -> None:
+    """The measured-and-left decoding costs (docs/performance.md, round four on the AVX2 class): the A/B ratios and
+    the profile rows recompute from the committed rounds and profiles, and both documents quote them."""
+    summary = recomputed_summary("decode-small-costs-2026-12-07")
+    readme = "bench/decode-small-costs-2026-12-07/README.md"
+    for name in ("ab_sorted21.out", "ab_b64.out"):
+        figure = summary.describe(summary.speedups(name))
+        for document in ("docs/performance.md", readme):
+            assert_quoted(document, "**{}**", figure)
+    before = summary.profile_row("ops_before.out", "aten::addmm", "[[3900], [84, 256]")
+    after = summary.profile_row("ops_after.out", "aten::addmm", "[[3904], [84, 256]")
+    assert before is not None and after is not None
+    assert_quoted(readme, "{}", f"took {after[1]:,.0f} us a call against {before[1]:,.0f} us")
+    for document in ("docs/performance.md", readme):
+        assert_quoted(document, "only {}x faster" if document.startswith("docs") else "({}x, not",
+                      f"{before[1] / after[1]:.2f}")
