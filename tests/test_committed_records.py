@@ -689,3 +689,12 @@ def test_the_small_decoding_costs_records_recompute() -> None:
     for document in ("docs/performance.md", readme):
         assert_quoted(document, "only {}x faster" if document.startswith("docs") else "({}x, not",
                       f"{before[1] / after[1]:.2f}")
+    two, one = summary.budget_rates("budget_2t.out"), summary.budget_rates("budget_1t.out")
+    for rates in (two, one):
+        for budget, values in rates.items():
+            assert_quoted(readme, "{}", f"{budget} **{statistics.median(values):.1f}**")
+    assert max(two, key=lambda budget: statistics.median(two[budget])) == 8000  # the default stays: it is fastest
+    quoted = ", ".join(f"{statistics.median(two[b]):.1f}" for b in (8000, 4000))
+    assert_quoted("docs/performance.md", "fastest measured on both threads ({})",
+                  f"{quoted.split(', ')[0]} sentences/s against {quoted.split(', ')[1]} at 4000 and "
+                  f"{statistics.median(two[1000]):.1f} at 1000, medians of 3 rounds")

@@ -50,6 +50,16 @@ def smallest_listed(name: str) -> float:
     return [float(v) * SCALE[u] for v, u in TIME.findall(rows(name, False)[-1])][0]
 
 
+def budget_rates(name: str) -> dict[int, list[float]]:
+    """Sentences/s of each ``decode.max_tokens`` over the rounds of ``budget_{1,2}t.out``."""
+    rates: dict[int, list[float]] = {}
+    for line in (HERE / name).read_text().splitlines():
+        match = re.match(r"threads \d+ round \d+ max_tokens +(\d+) +([\d.]+) sentences/s", line)
+        if match:
+            rates.setdefault(int(match[1]), []).append(float(match[2]))
+    return rates
+
+
 def main() -> None:
     for name in CLEAN_FROM:
         print(f"{name}: speed of the change against 3b5aad1 {describe(speedups(name))}")
@@ -66,6 +76,10 @@ def main() -> None:
     total = [float(re.search(r"Self CPU time total: ([\d.]+)s", (HERE / f).read_text())[1])
              for f in ("ops_before.out", "ops_after.out")]
     print(f"profiled self CPU time: {total[0]:.2f} s before, {total[1]:.2f} s after")
+    for name in ("budget_2t.out", "budget_1t.out"):
+        rates = budget_rates(name)
+        print(f"{name}: sentences/s by decode.max_tokens, median (range, n): " + "; ".join(
+            f"{budget} {statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f}, {len(v)})" for budget, v in rates.items()))
 
 
 if __name__ == "__main__":
