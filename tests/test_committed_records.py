@@ -63,6 +63,9 @@ BLEU_CLAIMS: dict[str, list[tuple[str, str]]] = {  # hypothesis file under docs/
     "cpu-gl-en-120/test.k5_s16800.hyp": [
         (README, "(chosen on dev): **{}**"),
         (R120, "| average of the last 5 (chosen on dev) | **{}** |")],
+    "cpu-gl-en-amd-avx2/test.best.hyp": [
+        (README, "(2,782 updates, fp32, both cores): test BLEU **{}**"),
+        ("docs/results/cpu-gl-en-amd-avx2/README.md", "| 16.38 (the last evaluation) | **{}** |")],
     "cpu-gl-en-120-bpedrop01/test.best.hyp": [
         (README, "test BLEU is **{}** with the best checkpoint"),
         (BPEDROP, "| best (what `make train` reports) | {} |")],
