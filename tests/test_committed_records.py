@@ -701,3 +701,7 @@ def test_the_small_decoding_costs_records_recompute() -> None:
     assert_quoted("docs/performance.md", "fastest measured on both threads ({})",
                   f"{quoted.split(', ')[0]} sentences/s against {quoted.split(', ')[1]} at 4000 and "
                   f"{statistics.median(two[1000]):.1f} at 1000, medians of 3 rounds")
+    tiny, real = summary.step_ms("overhead_tiny.out"), summary.step_ms("overhead_real.out")
+    for document in ("docs/performance.md", readme):
+        assert_quoted(document, "{} ms", f"{min(tiny):.1f}-{max(tiny):.1f}")
+        assert_quoted(document, "{} ms", f"{min(real):.1f}-{max(real):.1f}")

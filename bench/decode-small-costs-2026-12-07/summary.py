@@ -60,6 +60,11 @@ def budget_rates(name: str) -> dict[int, list[float]]:
     return rates
 
 
+def step_ms(name: str) -> list[float]:
+    """The ms/step of each round of ``overhead.py``'s output ``name``."""
+    return [float(m) for m in re.findall(r"([\d.]+) ms/step", (HERE / name).read_text())]
+
+
 def main() -> None:
     for name in CLEAN_FROM:
         print(f"{name}: speed of the change against 3b5aad1 {describe(speedups(name))}")
@@ -76,6 +81,9 @@ def main() -> None:
     total = [float(re.search(r"Self CPU time total: ([\d.]+)s", (HERE / f).read_text())[1])
              for f in ("ops_before.out", "ops_after.out")]
     print(f"profiled self CPU time: {total[0]:.2f} s before, {total[1]:.2f} s after")
+    tiny, real = step_ms("overhead_tiny.out"), step_ms("overhead_real.out")
+    print(f"a step at 84 rows, 4 rounds: tiny widths {min(tiny):.1f}-{max(tiny):.1f} ms, the preset's widths "
+          f"{min(real):.1f}-{max(real):.1f} ms")
     for name in ("budget_2t.out", "budget_1t.out"):
         rates = budget_rates(name)
         print(f"{name}: sentences/s by decode.max_tokens, median (range, n): " + "; ".join(
