@@ -701,6 +701,9 @@ def test_the_small_decoding_costs_records_recompute() -> None:
     assert_quoted("docs/performance.md", "fastest measured on both threads with the lanes paused ({})",
                   f"{quoted.split(', ')[0]} sentences/s against {quoted.split(', ')[1]} at 4000 and "
                   f"{statistics.median(two[1000]):.1f} at 1000, medians of 3 rounds")
+    eight, four, one_thousand = (f"{min(two[b]):.1f}-{max(two[b]):.1f}" for b in (8000, 4000, 1000))
+    ranges = f"{eight}, {four} and {one_thousand}"
+    assert_quoted("docs/performance.md", "medians of 3 rounds) with ranges {} over those rounds", ranges)
     tiny, real = summary.step_ms("overhead_tiny.out"), summary.step_ms("overhead_real.out")
     for document in ("docs/performance.md", readme):
         assert_quoted(document, "{} ms", f"{min(tiny):.1f}-{max(tiny):.1f}")
