@@ -149,6 +149,37 @@ def test_changed_config_trains_again(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert calls and "--resume" in calls[0]
 
 
+@pytest.mark.parametrize("status", [130, 143, -int(signal.SIGINT), -int(signal.SIGTERM)])
+def test_a_trainer_stopped_by_a_signal_stops_the_driver_before_the_next_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: int) -> None:
+    """A trainer told to stop (`kill -INT` or `-TERM` of it alone, or a Ctrl-C the driver did not see: a driver
+    started in the background ignores SIGINT) ends the campaign's driver with 130, not as a failed run followed by
+    the next seed; any other status is a failure and the driver goes on to the next run."""
+    script = load_reproduce()
+    calls: list[list[str]] = []
+
+    class Child:
+        def __init__(self, command: list[str], **_: object) -> None:
+            calls.append(command)
+
+        def wait(self) -> int:
+            return status
+
+    monkeypatch.setattr("subprocess.Popen", Child)
+    args = [*setup_dirs(tmp_path), "--seeds", "1", "2", "--max-steps", "20"]
+    assert script.main(args) == 130
+    assert len(calls) == 1  # the first run only: the second seed never started
+    err = capsys.readouterr().err
+    assert "interrupted; rerun the same command" in err and "exited with status" not in err
+
+    status = 1  # a crash, by contrast, is counted and the next runs go on
+    calls.clear()
+    parsed = script.parse_args(args)
+    failures = script.run_all(script.make_specs(parsed, script.resolve_scale(parsed.scale)), tmp_path / "out")
+    assert len(calls) == len(failures) == 4  # two systems x two seeds, each started and failing
+    assert all("exited with status 1" in line for line in failures)
+
+
 def _sigint_as_a_terminal_gives_it() -> None:
     """In the driver before exec: SIGINT's default action. A shell starts background jobs with SIGINT ignored,
     and Python then installs no KeyboardInterrupt handler; under a backgrounded ``make test`` the driver ignored the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -135,10 +136,16 @@ def same_config(saved: dict[str, Any], config: dict[str, Any]) -> bool:
     return training(filled) == training(config)
 
 
+# how `nmt train` ends when SIGINT or SIGTERM stops it (128 + the signal, nmt/commands/train.py), and how a
+# process ends that such a signal killed (minus the signal)
+STOPPED_BY_SIGNAL = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM})
+
+
 def train_run(spec: RunSpec) -> None:
     """Train (or continue training) in a child process so a crash or Ctrl-C there leaves this driver in charge.
 
-    A run that already finished with the same resolved config returns at once.
+    A run that already finished with the same resolved config returns at once. A trainer stopped by SIGINT or
+    SIGTERM raises KeyboardInterrupt here (the driver stops, :func:`interrupted`); any other failure NmtError.
     """
     from nmt.config import config_to_dict
 
@@ -157,6 +164,10 @@ def train_run(spec: RunSpec) -> None:
         # Ctrl-C reached the child too: let it finish writing checkpoint_last.pt before this driver stops
         child.wait()
         raise
+    if returncode in STOPPED_BY_SIGNAL:
+        # the trainer was told to stop (a Ctrl-C that reached only it, or a kill -INT / -TERM of it) and wrote
+        # checkpoint_last.pt: the driver stops too, rather than count a failure and start the next run
+        raise KeyboardInterrupt
     if returncode != 0:
         raise NmtError(f"training {spec.save_dir} exited with status {returncode}; rerun to resume it")
 
