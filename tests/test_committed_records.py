@@ -8,6 +8,8 @@ And what the README and docs/ quote (issue 47): the BLEU of every other committe
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -250,7 +252,8 @@ def test_the_training_ratios_are_median_and_range_of_every_run() -> None:
     others = {path.name for path in BENCH.glob("peers-epoch*.md")} - set(EPOCH_RUNS)
     assert others == {"peers-epoch.md", "peers-epoch-2026-12-01.md", "peers-epoch-2026-12-01-tcmalloc.md",
                       "peers-epoch-2026-12-01-tcmalloc-2.md", "peers-epoch-2026-12-02-zen5.md",
-                      "peers-epoch-2026-12-07-amd-avx2.md", "peers-epoch-2026-12-07-amd-avx2-b.md"}
+                      "peers-epoch-2026-12-07-amd-avx2.md", "peers-epoch-2026-12-07-amd-avx2-b.md",
+                      "peers-epoch-2026-12-07-amd-zen4.md"}
 
 
 def test_the_marian_training_ratios_are_their_report() -> None:
@@ -290,6 +293,36 @@ def test_the_amd_avx2_training_figures_are_their_report() -> None:
                                 f"{memory['fairseq 0.12.3.1, fp32']} MiB, Marian {memory['Marian 1.12.42, fp32']} MiB")
 
 
+def test_the_amd_zen4_training_and_bf16_decoding_figures_are_their_reports() -> None:
+    rows = bench_rows("peers-epoch-2026-12-07-amd-zen4.md")
+    speed = {tool: row["sentences/s"] for tool, row in rows.items()}
+    bf16, fp32 = speed["nmt (ours), bf16 autocast"], speed["nmt (ours), fp32"]
+    fairseq, marian = speed["fairseq 0.12.3.1, fp32"], speed["Marian 1.12.42, fp32"]
+    assert_quoted(README, "{}", f"bf16 **{bf16 / fairseq:.2f}×** fairseq, fp32 **{fp32 / fairseq:.2f}×**; "
+                                f"**{bf16 / marian:.2f}×** and **{fp32 / marian:.2f}×** Marian")
+    marian_ratio = rows["Marian 1.12.42, fp32"]["vs fairseq (sentences/s)"]  # of the unrounded speeds
+    assert marian_ratio == pytest.approx(marian / fairseq, abs=0.01)
+    assert_quoted(README, "{}", f"fairseq 0.12.3 fp32: {fairseq:.1f}; Marian 1.12.42 fp32: {marian:.1f} "
+                                f"({marian_ratio:.2f}× fairseq)")
+    assert_quoted(PERFORMANCE, "{}", f"ours bf16 autocast {bf16:.1f} sentences/s (**{bf16 / fairseq:.2f}x** fairseq), "
+                                     f"ours fp32 {fp32:.1f} (**{fp32 / fairseq:.2f}x**)")
+    decode = {tool: cells[PIECES] for tool, cells in bench_rows("peers-decode-2026-12-07-amd-zen4.md").items()}
+    ours = [decode["nmt (ours), bf16 autocast" + layout] for layout in ("", ", --workers (one batch per thread)")]
+    fastest = [max(speed for tool, speed in decode.items() if tool.startswith("CTranslate2")
+                   and ("one batch per thread" in tool) == per_thread) for per_thread in (False, True)]
+    assert_quoted(README, "{}", f"bf16 {ours[0]:,.0f} and {ours[1]:,.0f} pieces/s (**{ours[0] / fastest[0]:.2f}×** "
+                                f"and **{ours[1] / fastest[1]:.2f}×** CTranslate2's fastest type)")
+    gemm = (BENCH / "amd-zen4-fp32-2026-12-07" / "shapes-2threads.out").read_text(encoding="utf-8")
+    mkl, onednn = (float(re.search(pattern, gemm).group(1)) for pattern in
+                   (r"total MKL replay (\d+) ms", r"all-oneDNN mm (\d+) ms"))
+    assert_quoted(PERFORMANCE, "{}", f"MKL's products take {mkl:.0f} ms an update, {onednn:.0f} with oneDNN's linear")
+    epoch = json.loads((BENCH / "peers-epoch-2026-12-07-amd-zen4.json").read_text(encoding="utf-8"))
+    step = 1000 / epoch["ours-fp32"]["train"]["updates_per_s"]
+    assert_quoted(PERFORMANCE, "{}", f"The update takes {step:,.0f} ms in the epoch run: a step of MKL's matmuls "
+                                     f"alone ({mkl:.0f} ms) would make {fp32 / fairseq * step / mkl:.2f}x fairseq, "
+                                     f"of oneDNN's ({onednn:.0f} ms) {fp32 / fairseq * step / onednn:.2f}x")
+
+
 def amd_avx2_decoding_quotes(name: str) -> list[str]:
     """What the README says of an AMD AVX2 decoding report ``name``: ours against CTranslate2's best type of the same
     precision in both layouts, against fairseq, and CTranslate2's backends (MKL forced against its default)."""
@@ -320,7 +353,8 @@ def amd_avx2_decoding_quotes(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["peers-decode-2026-12-07-amd-avx2.md",
-                                  "peers-decode-2026-12-07-amd-avx2-int8-rows.md"])
+                                  "peers-decode-2026-12-07-amd-avx2-int8-rows.md",
+                                  "peers-decode-2026-12-07-amd-zen4.md"])
 def test_the_amd_avx2_decoding_ratios_are_their_report(name: str) -> None:
     for quote in amd_avx2_decoding_quotes(name):
         assert_quoted(README, "{}", quote)
