@@ -448,6 +448,22 @@ def test_the_amd_avx2_serving_rows_are_their_report(workers: int) -> None:
                                          f"{ratio.replace(' (', 'x (')} |")
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_the_amd_zen4_serving_rows_are_their_report(precision: str) -> None:
+    """docs/usage.md's rows of ``nmt serve`` on the AMD Zen 4 class, and how many answers equal the command line's."""
+    name = f"serve-2026-12-07-amd-zen4-{precision}"
+    rounds = json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"]
+    cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
+    levels = [serve_summary([r["service"]["levels"][i]["sentences_per_s"] for r in rounds]) for i in range(3)]
+    ratio = serve_summary([r["service"]["levels"][2]["sentences_per_s"] / r["cli"]["sentences_per_s"]
+                           for r in rounds], 2)
+    assert_quoted("docs/usage.md", "{}", f"{precision} (`bench/{name}.md`) | {cli} | {' | '.join(levels)} | "
+                                         f"{ratio.replace(' (', 'x (')} |")
+    equal = [level["equal_to_cli"] for r in rounds for level in r["service"]["levels"]]
+    span = f"{min(equal):,}" if min(equal) == max(equal) else f"{min(equal):,}-{max(equal):,}"
+    assert_quoted("docs/usage.md", "{}", f"{precision} answers equal to the command line's: {span} of 1,112")
+
+
 def test_the_amd_avx2_serving_comparison_recomputes() -> None:
     """The prose beside those rows: independent processes against one process, and against the command line's."""
     import json
