@@ -433,32 +433,28 @@ def serve_summary(values: list[float], digits: int = 1) -> str:
     return f"{statistics.median(values):,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_the_amd_avx2_serving_rows_are_their_report(workers: int) -> None:
-    """docs/usage.md's rows of ``nmt serve`` on the AMD AVX2 class: every figure from the committed JSON rounds."""
-    import json
-
-    name = f"serve-2026-12-07-amd-avx2-workers{workers}"
+def serving_row(name: str) -> tuple[str, list[dict[str, Any]]]:
+    """The docs/usage.md row of the serving report ``name`` from its JSON rounds (from its link to its last cell),
+    and the rounds."""
     rounds = json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"]
     cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
     levels = [serve_summary([r["service"]["levels"][i]["sentences_per_s"] for r in rounds]) for i in range(3)]
     ratio = serve_summary([r["service"]["levels"][2]["sentences_per_s"] / r["cli"]["sentences_per_s"]
                            for r in rounds], 2)
-    assert_quoted("docs/usage.md", "{}", f"(`bench/{name}.md`) | {cli} | {' | '.join(levels)} | "
-                                         f"{ratio.replace(' (', 'x (')} |")
+    return f"(`bench/{name}.md`) | {cli} | {' | '.join(levels)} | {ratio.replace(' (', 'x (')} |", rounds
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_amd_avx2_serving_rows_are_their_report(workers: int) -> None:
+    """docs/usage.md's rows of ``nmt serve`` on the AMD AVX2 class: every figure from the committed JSON rounds."""
+    assert_quoted("docs/usage.md", "{}", serving_row(f"serve-2026-12-07-amd-avx2-workers{workers}")[0])
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_the_amd_zen4_serving_rows_are_their_report(precision: str) -> None:
     """docs/usage.md's rows of ``nmt serve`` on the AMD Zen 4 class, and how many answers equal the command line's."""
-    name = f"serve-2026-12-07-amd-zen4-{precision}"
-    rounds = json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"]
-    cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
-    levels = [serve_summary([r["service"]["levels"][i]["sentences_per_s"] for r in rounds]) for i in range(3)]
-    ratio = serve_summary([r["service"]["levels"][2]["sentences_per_s"] / r["cli"]["sentences_per_s"]
-                           for r in rounds], 2)
-    assert_quoted("docs/usage.md", "{}", f"{precision} (`bench/{name}.md`) | {cli} | {' | '.join(levels)} | "
-                                         f"{ratio.replace(' (', 'x (')} |")
+    row, rounds = serving_row(f"serve-2026-12-07-amd-zen4-{precision}")
+    assert_quoted("docs/usage.md", "{}", f"{precision} {row}")
     equal = [level["equal_to_cli"] for r in rounds for level in r["service"]["levels"]]
     span = f"{min(equal):,}" if min(equal) == max(equal) else f"{min(equal):,}-{max(equal):,}"
     assert_quoted("docs/usage.md", "{}", f"{precision} answers equal to the command line's: {span} of 1,112")
