@@ -308,7 +308,7 @@ def test_the_amd_zen4_training_and_bf16_decoding_figures_are_their_reports() -> 
                                      f"ours fp32 {fp32:.1f} (**{fp32 / fairseq:.2f}x**)")
     decode = {tool: cells[PIECES] for tool, cells in bench_rows("peers-decode-2026-12-07-amd-zen4.md").items()}
     ours = [decode["nmt (ours), bf16 autocast" + layout] for layout in ("", ", --workers (one batch per thread)")]
-    fastest = [max(speed for tool, speed in decode.items() if tool.startswith("CTranslate2")
+    fastest = [max(pieces for tool, pieces in decode.items() if tool.startswith("CTranslate2")
                    and ("one batch per thread" in tool) == per_thread) for per_thread in (False, True)]
     assert_quoted(README, "{}", f"bf16 {ours[0]:,.0f} and {ours[1]:,.0f} pieces/s (**{ours[0] / fastest[0]:.2f}×** "
                                 f"and **{ours[1] / fastest[1]:.2f}×** CTranslate2's fastest type)")
@@ -323,9 +323,10 @@ def test_the_amd_zen4_training_and_bf16_decoding_figures_are_their_reports() -> 
                                      f"of oneDNN's ({onednn:.0f} ms) {fp32 / fairseq * step / onednn:.2f}x")
 
 
-def amd_avx2_decoding_quotes(name: str) -> list[str]:
-    """What the README says of an AMD AVX2 decoding report ``name``: ours against CTranslate2's best type of the same
-    precision in both layouts, against fairseq, and CTranslate2's backends (MKL forced against its default)."""
+def amd_decoding_quotes(name: str) -> list[str]:
+    """What the README says of an AMD (AVX2 or Zen 4) decoding report ``name``: ours against CTranslate2's best type
+    of the same precision in both layouts, against fairseq, and CTranslate2's backends (MKL forced against its
+    default)."""
     rows = {tool: cells[PIECES] for tool, cells in bench_rows(name).items()}
 
     def best(kind: str, per_thread: bool, mkl: bool | None = None) -> float:
@@ -355,8 +356,8 @@ def amd_avx2_decoding_quotes(name: str) -> list[str]:
 @pytest.mark.parametrize("name", ["peers-decode-2026-12-07-amd-avx2.md",
                                   "peers-decode-2026-12-07-amd-avx2-int8-rows.md",
                                   "peers-decode-2026-12-07-amd-zen4.md"])
-def test_the_amd_avx2_decoding_ratios_are_their_report(name: str) -> None:
-    for quote in amd_avx2_decoding_quotes(name):
+def test_the_amd_decoding_ratios_are_their_report(name: str) -> None:
+    for quote in amd_decoding_quotes(name):
         assert_quoted(README, "{}", quote)
 
 
@@ -462,8 +463,6 @@ def test_the_amd_zen4_serving_rows_are_their_report(precision: str) -> None:
 
 def test_the_amd_avx2_serving_comparison_recomputes() -> None:
     """The prose beside those rows: independent processes against one process, and against the command line's."""
-    import json
-
     runs = {w: json.loads((BENCH / f"serve-2026-12-07-amd-avx2-workers{w}.json").read_text(encoding="utf-8"))["rounds"]
             for w in (1, 2)}
 
@@ -484,8 +483,6 @@ def test_the_amd_avx2_serving_comparison_recomputes() -> None:
 
 
 def _serve_rounds(name: str) -> list[dict[str, Any]]:
-    import json
-
     return list(json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"])
 
 
