@@ -135,6 +135,55 @@ def test_the_probe_takes_onednn_only_where_clearly_faster() -> None:
     assert fp32_gemm._routes(dict.fromkeys(fp32_gemm.PRODUCTS, 0.9)) == dict.fromkeys(fp32_gemm.PRODUCTS, "mkl")
 
 
+def test_decoding_has_its_own_route_and_margin() -> None:
+    """Decoding's packed route adds no copy, so a smaller lead takes it; the training products keep theirs."""
+    level = dict.fromkeys(fp32_gemm.PRODUCTS, 1.0)
+    assert fp32_gemm._routes({**level, fp32_gemm.DECODE: 1.06}) == {**dict.fromkeys(fp32_gemm.PRODUCTS, "mkl"),
+                                                                    fp32_gemm.DECODE: "onednn"}
+    assert fp32_gemm._routes({**level, fp32_gemm.DECODE: 1.04})[fp32_gemm.DECODE] == "mkl"
+    assert fp32_gemm.MARGIN > fp32_gemm.DECODE_MARGIN > 1.0
+
+
+def _chosen(routes: tuple[str, str, str, str]) -> fp32_gemm.Fp32Gemm:
+    speedups = dict(zip(fp32_gemm.PROBED, (1.2, 1.0, 1.0, 1.1), strict=True))
+    return fp32_gemm.Fp32Gemm(*routes, speedups=speedups, threads=1, source="probe")
+
+
+@pytest.mark.parametrize("decode", ["mkl", "onednn"])
+def test_decoding_follows_the_decoding_route_and_training_the_training_routes(
+        route: pytest.MonkeyPatch, decode: str) -> None:
+    """Training products all on MKL but decoding on oneDNN packs the weight in decoding only; a oneDNN forward with
+    decoding on MKL decodes through plain ``F.linear``, unpacked. Either way the values are ``nn.Linear``'s."""
+    training = "mkl" if decode == "onednn" else "onednn"
+    chosen = _chosen((training, "mkl", "mkl", decode))
+    route.setattr(fp32_gemm, "choice", lambda: chosen)
+    layer = PaddedLinear(32, 48)
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+    assert (layer in linear._PACKS) == (decode == "onednn")
+    assert (linear._fp32_route(x, layer.weight, decoding=True) is not None) == (decode == "onednn")
+    assert (linear._fp32_route(x, layer.weight) is not None) == (training == "onednn")
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)  # training
+    described = chosen.describe()
+    name = {"mkl": "MKL", "onednn": "oneDNN"}[decode]
+    assert described.endswith(f"forward/grad input/grad weight; decoding {name} 1.10x)"), described
+
+
+def test_a_cache_without_the_decoding_route_is_probed_again(route: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A cache written before decoding had a route (version 3, three products) is not read as a full answer."""
+    key = fp32_gemm.machine_key(torch.get_num_threads())
+    old = {"version": 3, "entries": {key: dict.fromkeys(fp32_gemm.PRODUCTS, 1.0)}}
+    (tmp_path / "fp32-gemm.json").write_text(json.dumps(old))
+    assert fp32_gemm._read_cache(key) is None
+    same_version = {"version": fp32_gemm.CACHE_VERSION, "entries": {key: dict.fromkeys(fp32_gemm.PRODUCTS, 1.0)}}
+    (tmp_path / "fp32-gemm.json").write_text(json.dumps(same_version))
+    assert fp32_gemm._read_cache(key) is None
+    full = {"version": fp32_gemm.CACHE_VERSION, "entries": {key: dict.fromkeys(fp32_gemm.PROBED, 1.0)}}
+    (tmp_path / "fp32-gemm.json").write_text(json.dumps(full))
+    assert fp32_gemm._read_cache(key) == dict.fromkeys(fp32_gemm.PROBED, 1.0)
+
+
 def test_one_noisy_round_does_not_decide_a_route(route: pytest.MonkeyPatch) -> None:
     """The speed-up is the median of rounds that time both routes in turn: one round where oneDNN looked 1.6x
     faster (a moment's noise; measured so once on a quiet Intel machine) leaves MKL's level figure standing."""
@@ -156,7 +205,7 @@ def test_the_probe_runs_once_per_machine_and_its_cache_is_reused(route: pytest.M
 
     route.setattr(fp32_gemm, "probe", counted)
     first = fp32_gemm.choice()
-    assert first.source == "probe" and set(first.speedups) == set(fp32_gemm.PRODUCTS)
+    assert first.source == "probe" and set(first.speedups) == set(fp32_gemm.PROBED)
     assert all(value > 0 for value in first.speedups.values())
     saved = json.loads((tmp_path / "fp32-gemm.json").read_text())
     assert saved["entries"][fp32_gemm.machine_key(torch.get_num_threads())] == first.speedups
@@ -171,7 +220,8 @@ def test_the_probe_runs_once_per_machine_and_its_cache_is_reused(route: pytest.M
 def test_the_setting_overrides_the_probe_and_is_checked(route: pytest.MonkeyPatch) -> None:
     route.setenv(fp32_gemm.ENV, "MKL")
     chosen = fp32_gemm.choice()
-    assert (chosen.forward, chosen.grad_input, chosen.grad_weight) == ("mkl",) * 3 and not chosen.uses_onednn()
+    assert (chosen.forward, chosen.grad_input, chosen.grad_weight, chosen.decode) == ("mkl",) * 4
+    assert not chosen.uses_onednn()
     assert chosen.describe() == "fp32 GEMM MKL (set by NMT_FP32_GEMM)"
     assert linear._fp32_route(torch.ones(2, 2), torch.ones(2, 2)) is None  # MKL: plain F.linear, no padding
     route.setenv(fp32_gemm.ENV, "fast")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ import torch.nn.functional as F
 
 from nmt import config, kernels
 from nmt.errors import NmtError
+from nmt.kernels import linear, packed
+from nmt.machine import fp32_gemm
 from nmt.model.spec import ModelSpec
 from nmt.model.transformer import INITS, Transformer, build_model
 from nmt.modules.embeddings import sinusoidal_positions, word_dropout
@@ -178,6 +181,35 @@ def test_decoding_logits_under_autocast_cast_once_and_follow_updates(variant: st
     assert torch.equal(autocast_logits(), reference()) and model.embed._cast_cache is not cached
     model.train().eval()
     assert model.embed._cast_cache is None
+
+
+@pytest.mark.skipif(not packed.available(torch.float32), reason="this PyTorch has no oneDNN packed linear")
+def test_fp32_decoding_logits_pack_the_table_once_on_the_onednn_decoding_route(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The masked bias is built per call outside decoding; decoding keeps it (and the FixNorm table), so the
+    output projection's fp32 pack is built once, and rebuilt when the weights change."""
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(fp32_gemm.ENV, "onednn")
+    fp32_gemm._choice.cache_clear()
+    try:
+        model = kernels.accelerate(_model("qknorm", logit_mask=True)).eval()
+        model.embed.set_logit_mask(torch.arange(V) != 7)
+        h = torch.randn(3, 32)
+
+        def reference() -> torch.Tensor:
+            return F.linear(h, F.normalize(model.embed.weight, dim=-1), model.embed.masked_bias(h))
+
+        with torch.no_grad():
+            torch.testing.assert_close(model.embed.logits(h), reference(), atol=1e-5, rtol=1e-5)
+            pack = linear._PACKS[model.embed].get(None, *model.embed._decoding_operands(
+                model.embed.table(), torch.float32, h), torch.float32)
+            model.embed.logits(h)
+            assert linear._PACKS[model.embed].get(None, *model.embed._decoding_operands(
+                model.embed.table(), torch.float32, h), torch.float32) is pack  # not rebuilt by the second step
+            model.embed.weight.mul_(2.0)
+            torch.testing.assert_close(model.embed.logits(h), reference(), atol=1e-5, rtol=1e-5)
+    finally:
+        fp32_gemm._choice.cache_clear()
 
 
 def test_fixnorm_scales_inputs_by_sqrt_d() -> None:

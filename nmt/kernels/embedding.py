@@ -1,8 +1,8 @@
 """The tied embedding's decoding caches and the CPU dropout.
 
 Decoding calls the output projection once per step with the same weights: the FixNorm table (the unit-normalized
-rows) is kept until the weight changes, and under autocast so are its cast to the autocast dtype and the masked
-bias (autocast caches only leaf parameters' casts, and the table is not one), whose bf16 pack
+rows) is kept until the weight changes, and so are its cast to the autocast dtype (under autocast) and the masked
+bias (autocast caches only leaf parameters' casts, and the table is not one), whose bf16 or fp32 pack
 :mod:`nmt.kernels.linear` then keeps too. Every in-place update (optimizer step, ``load_state_dict``) bumps a
 tensor's version counter, a move changes its address or dtype, and switching modes with ``train()`` drops both.
 """
@@ -50,13 +50,14 @@ class FastTiedEmbedding(TiedEmbedding):
     def logits(self, h: Tensor, table: Tensor | None = None) -> Tensor:
         table = self.table() if table is None else table
         device = h.device.type
-        if not self.training and not torch.is_grad_enabled() and torch.is_autocast_enabled(device):
-            dtype = torch.get_autocast_dtype(device)
-            return linear.linear(h, *self._cast_for_autocast(table, dtype, h), owner=self)
+        if not self.training and not torch.is_grad_enabled():  # decoding: the same operands every step
+            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+            return linear.linear(h, *self._decoding_operands(table, dtype, h), owner=self)
         return linear.linear(h, table, self.masked_bias(h))
 
-    def _cast_for_autocast(self, table: Tensor, dtype: torch.dtype, h: Tensor) -> tuple[Tensor, Tensor]:
-        """``table`` and the masked bias in ``dtype``, kept until the table, bias or mask change."""
+    def _decoding_operands(self, table: Tensor, dtype: torch.dtype, h: Tensor) -> tuple[Tensor, Tensor]:
+        """``table`` and the masked bias in ``dtype`` (the autocast dtype, else ``h``'s), kept until the table, bias
+        or mask change: the same tensors each step, so a pack of them (:mod:`nmt.kernels.linear`) is built once."""
         mask_version = -1 if self.logit_mask is None else self.logit_mask._version
         key = (table.data_ptr(), table._version, self.weight._version, self.output_bias._version, mask_version, dtype)
         if self._cast_cache is None or self._cast_cache[0] != key:

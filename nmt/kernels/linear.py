@@ -8,7 +8,8 @@ whenever finished sentences leave the decoder's rows. Here the rows are padded w
 (:func:`padded_rows`), the product runs on the padded rows and the result keeps the real ones: the zero rows add
 nothing to the weight and bias gradients, and the few shapes recur in oneDNN's primitive cache. fp32 matmuls go to
 MKL, which builds nothing per shape, unless :func:`nmt.machine.fp32_gemm.choice` found oneDNN clearly faster for one of
-a layer's three products on this CPU (AMD): then that product runs through oneDNN, in fp32, on padded rows too. GPUs
+a layer's three products on this CPU (AMD): then that product runs through oneDNN, in fp32, on padded rows too; fp32
+decoding follows that choice's decoding route (oneDNN on packed weights, or MKL). GPUs
 have their own kernels: there this is ``F.linear``; so are the int8 layers of int8 decoding.
 :class:`PaddedLinear` is the ``nn.Linear`` that :func:`nmt.kernels.accelerate` swaps in. The
 measurements behind each choice: ``docs/performance.md``, "The speed wing".
@@ -52,12 +53,14 @@ def _bucketed_dtype(x: Tensor) -> torch.dtype | None:
     return dtype if dtype in (torch.bfloat16, torch.float16) else None
 
 
-def _fp32_route(x: Tensor, weight: Tensor) -> Fp32Gemm | None:
-    """The fp32 route when this product is a CPU fp32 one and oneDNN runs some product of it here; else None."""
+def _fp32_route(x: Tensor, weight: Tensor, decoding: bool = False) -> Fp32Gemm | None:
+    """The fp32 route when this product is a CPU fp32 one and oneDNN runs some product of it here (``decoding``:
+    decoding's route, else the training products'); else None."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return None
     gemm = fp32_gemm.choice()
-    return gemm if gemm.uses_onednn() else None
+    onednn = gemm.decode == "onednn" if decoding else gemm.uses_onednn()
+    return gemm if onednn else None
 
 
 # the packs of each owner's weights (a weakly held module: its packs go with it)
@@ -81,17 +84,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, owner: object | None 
     # compiled: the row count is a symbolic size, and padding it to a bucket would recompile the graph per batch
     if torch.compiler.is_compiling():
         return F.linear(x, weight, bias)
+    decoding = owner is not None and not torch.is_grad_enabled()
     dtype, gemm = _bucketed_dtype(x), None
     if dtype is None:
-        gemm = _fp32_route(x, weight)
+        gemm = _fp32_route(x, weight, decoding)
         if gemm is None:
             return F.linear(x, weight, bias)
         dtype = torch.float32
     flat = x.reshape(-1, x.size(-1))
-    onednn_forward = gemm is None or gemm.forward == "onednn"  # bf16/fp16 go to oneDNN anyway
     if torch.is_grad_enabled():
         out = typing.cast(Tensor, _PaddedLinear.apply(flat, weight, bias, dtype, gemm))
-    elif owner is not None and onednn_forward and packed.available(dtype):  # decoding with a packed weight
+    elif decoding and packed.available(dtype):  # bf16/fp16 go to oneDNN anyway; fp32 on its decoding route
         cache = _PACKS.get(owner)
         if cache is None:  # once per owner (setdefault would build a cache on every call, every decoding step)
             cache = _PACKS[owner] = packed.PackCache()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.machine import hardware
+from nmt.machine import fp32_gemm, hardware
 
 
 @functools.cache
@@ -53,12 +53,12 @@ class PackedWeight:
     @classmethod
     def of(cls, weight: Tensor, bias: Tensor | None, dtype: torch.dtype = torch.bfloat16) -> PackedWeight:
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
+            packed = fp32_gemm.onednn_pack(weight.detach().to(dtype))
             return cls(packed, None if bias is None else bias.detach().to(dtype))
 
     def __call__(self, x: Tensor) -> Tensor:
         """``x @ weight^T + bias`` for ``x`` (rows, in) in the pack's dtype: ``F.linear``'s values in it."""
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return fp32_gemm.onednn_linear(x, self.weight, self.bias)
 
 
 def _key(t: Tensor | None) -> tuple[object, ...]:

@@ -14,6 +14,13 @@ The result is kept in a small JSON file per machine (:func:`cache_path`; keyed b
 count), so every process on a machine takes the same route and a resumed run computes as the interrupted one did.
 ``NMT_FP32_GEMM=mkl`` or ``=onednn`` sets the route without a probe; ``auto`` (the default) probes.
 :mod:`nmt.kernels.linear` follows the choice; the plain modules of :mod:`nmt.modules` always call ``F.linear``.
+
+Decoding has a route of its own (``decode``): a beam-search step multiplies a few hundred rows by each weight, which
+oneDNN runs on a weight packed once into its blocked layout (:mod:`nmt.kernels.packed`), with none of the training
+route's per-call copies. The probe times a decoder step's products (:data:`DECODE_SHAPES`) both ways and takes the
+packed route where it is faster by :data:`DECODE_MARGIN`. On an AMD EPYC Zen 4 the probe rated it 1.37-1.70x (MKL's
+3,900-wide output projection is its slowest product there) while the training products stayed near 1.1x, and beam
+search decoded 0.99-1.17x the output pieces/s of the MKL route (median 1.05x; ``bench/decode-route-2026-12-08/``).
 """
 
 from __future__ import annotations
@@ -37,7 +44,13 @@ from nmt.machine.cpu import ISA_FLAGS, cpu_flags, cpu_model
 ENV = "NMT_FP32_GEMM"
 ROUTES = ("auto", "mkl", "onednn")
 PRODUCTS = ("forward", "grad_input", "grad_weight")
+DECODE = "decode"  # decoding's products, with packed weights (module doc)
+PROBED = (*PRODUCTS, DECODE)
 MARGIN = 1.15  # oneDNN is taken for a product only when MKL's time is at least this multiple of oneDNN's
+DECODE_MARGIN = 1.05  # the same for decoding, whose oneDNN route adds no copy (only the rows' padding, as MKL's)
+# a decoding step's products: 64 sentences x beam 4 rows through the CPU preset's decoder (d_model 256, d_ff 1,024)
+# and a ~4,000-piece output projection; timed as one sum per route
+DECODE_ROWS, DECODE_SHAPES = 256, ((256, 768), (256, 256), (256, 1024), (1024, 256), (256, 3900))
 # the probe's Linear layer: 1,024 rows, 256 -> 1,024 (the CPU preset's feed-forward; ~0.5 GFLOP a product, a few ms)
 PROBE_ROWS, PROBE_IN, PROBE_OUT = 1024, 256, 1024
 PROBE_REPEATS = 3  # timings of a product per route and round; the fastest counts
@@ -46,7 +59,8 @@ PROBE_REPEATS = 3  # timings of a product per route and round; the fastest count
 # back-to-back probes rated oneDNN's forward 1.63x then 1.03x, 1.01x, 1.01x of MKL, and one taken beside two busy
 # training processes 0.20x; a single 1.63x would have routed the forward to oneDNN for good
 PROBE_ROUNDS = 7
-CACHE_VERSION = 3  # 2: the weight gradient with the wider operand as oneDNN's weight; 3: median of rounds
+CACHE_VERSION = 4  # 2: the weight gradient with the wider operand as oneDNN's weight; 3: median of rounds;
+# 4: the decoding route
 ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # as nmt.machine.hardware: before oneDNN's first primitive
 
 
@@ -56,7 +70,9 @@ class Fp32Gemm:
 
     Attributes:
         forward, grad_input, grad_weight: the route of each product of a Linear layer.
-        speedups: MKL time over oneDNN time per product (above 1: oneDNN is faster); empty when not probed.
+        decode: the route of decoding's products (no autograd; oneDNN with packed weights).
+        speedups: MKL time over oneDNN time per product of :data:`PROBED` (above 1: oneDNN is faster); empty when
+            not probed.
         threads: the thread count the probe ran at.
         source: ``probe``, ``cache`` (a probe of an earlier process on this machine) or ``NMT_FP32_GEMM``.
     """
@@ -64,11 +80,13 @@ class Fp32Gemm:
     forward: str
     grad_input: str
     grad_weight: str
+    decode: str
     speedups: dict[str, float]
     threads: int
     source: str
 
     def uses_onednn(self) -> bool:
+        """Whether some training product goes to oneDNN."""
         return "onednn" in (self.forward, self.grad_input, self.grad_weight)
 
     def describe(self) -> str:
@@ -83,7 +101,8 @@ class Fp32Gemm:
         if not self.speedups:
             return f"fp32 GEMM {head} (set by {self.source})"
         ratios = "/".join(f"{self.speedups[p]:.1f}x" for p in PRODUCTS)
-        return f"fp32 GEMM {head} (oneDNN/MKL speed {ratios}: forward/grad input/grad weight)"
+        decode = f"{name[self.decode]} {self.speedups[DECODE]:.2f}x"
+        return f"fp32 GEMM {head} (oneDNN/MKL speed {ratios}: forward/grad input/grad weight; decoding {decode})"
 
 
 def onednn_available() -> bool:
@@ -95,6 +114,11 @@ def onednn_available() -> bool:
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``x @ weight^T + bias`` through oneDNN (``weight`` dense or packed by ``_reorder_linear_weight``)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def onednn_pack(weight: Tensor) -> Tensor:
+    """``weight`` (out, in) reordered once into oneDNN's blocked layout, for :func:`onednn_linear` (in its dtype)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, None)
 
 
 def onednn_grad_weight(g: Tensor, x: Tensor) -> Tensor:
@@ -158,7 +182,28 @@ def probe() -> dict[str, float]:
         for name in PRODUCTS:
             routes = {route: functools.partial(product(name, route), *args[name]) for route in ("mkl", "onednn")}
             speedups[name] = round(_speedup(routes), 3)
+        speedups[DECODE] = round(_speedup(_decode_routes(seeded)), 3)
     return speedups
+
+
+def _decode_routes(seeded: torch.Generator) -> dict[str, Callable[[], object]]:
+    """A decoding step's products (:data:`DECODE_SHAPES`) through MKL (``F.linear``) and through oneDNN on weights
+    packed once (what :mod:`nmt.kernels.linear` runs when decoding on each route)."""
+    x = torch.randn(DECODE_ROWS, max(d_in for d_in, _ in DECODE_SHAPES), generator=seeded)
+    layers = [(torch.randn(d_out, d_in, generator=seeded), torch.randn(d_out, generator=seeded))
+              for d_in, d_out in DECODE_SHAPES]
+    packs = [onednn_pack(w) for w, _ in layers]
+    inputs = [x[:, : w.size(1)].contiguous() for w, _ in layers]
+
+    def mkl() -> None:
+        for x_in, (w, b) in zip(inputs, layers, strict=True):
+            F.linear(x_in, w, b)
+
+    def onednn() -> None:
+        for x_in, pack, (_, b) in zip(inputs, packs, layers, strict=True):
+            onednn_linear(x_in, pack, b)
+
+    return {"mkl": mkl, "onednn": onednn}
 
 
 def cache_path() -> Path:
@@ -181,8 +226,8 @@ def _read_cache(key: str) -> dict[str, float] | None:
     try:
         entries = json.loads(cache_path().read_text(encoding="utf-8"))
         speedups = entries["entries"][key] if entries.get("version") == CACHE_VERSION else None
-        if isinstance(speedups, dict) and set(speedups) == set(PRODUCTS):
-            return {name: float(speedups[name]) for name in PRODUCTS}
+        if isinstance(speedups, dict) and set(speedups) == set(PROBED):
+            return {name: float(speedups[name]) for name in PROBED}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # no cache, or one this version cannot read: probe again (a cache is never worth an error)
     return None
@@ -205,7 +250,12 @@ def _write_cache(key: str, speedups: dict[str, float]) -> None:
 
 
 def _routes(speedups: dict[str, float]) -> dict[str, str]:
-    return {name: "onednn" if speedups[name] >= MARGIN else "mkl" for name in PRODUCTS}
+    """The route of each product of :data:`PROBED` (decoding's only when probed: an older caller's speed-ups may
+    lack it)."""
+    routes = {name: "onednn" if speedups[name] >= MARGIN else "mkl" for name in PRODUCTS}
+    if DECODE in speedups:
+        routes[DECODE] = "onednn" if speedups[DECODE] >= DECODE_MARGIN else "mkl"
+    return routes
 
 
 def setting(raw: str) -> str:
@@ -230,12 +280,13 @@ def _choice(raw: str, threads: int) -> Fp32Gemm:
     if route != "auto" or not onednn_available():
         fixed = route if route != "auto" and onednn_available() else "mkl"
         source = ENV if route != "auto" else "no oneDNN in this PyTorch"
-        return Fp32Gemm(fixed, fixed, fixed, {}, threads, source)
+        return Fp32Gemm(fixed, fixed, fixed, fixed, {}, threads, source)
     key = machine_key(threads)
     speedups, source = _read_cache(key), "cache"
     if speedups is None:
         speedups, source = probe(), "probe"
         _write_cache(key, speedups)
     routes = _routes(speedups)
-    return Fp32Gemm(routes["forward"], routes["grad_input"], routes["grad_weight"], speedups, threads, source)
+    return Fp32Gemm(routes["forward"], routes["grad_input"], routes["grad_weight"], routes[DECODE], speedups, threads,
+                    source)
 
