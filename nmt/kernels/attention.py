@@ -16,7 +16,7 @@ from torch import Tensor
 
 from nmt.kernels import linear
 from nmt.kernels.dropout import dropout
-from nmt.modules.attention import MultiHeadAttention, QKNorm, heads
+from nmt.modules.attention import MultiHeadAttention, QKNorm, heads, pad_keys, pads_keys
 
 
 class _UnitNorm(torch.autograd.Function):
@@ -124,6 +124,8 @@ class FastAttention(MultiHeadAttention):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         if q.device.type == "cpu" and torch.is_grad_enabled():
             return self.attend_with_weights(q, k, v, mask, is_causal)[0]
+        if pads_keys(q) and not is_causal:  # decoding's encoder: the same sums in any batch
+            mask, (k, v) = pad_keys(mask, q.size(0), k, v)
         return super().attend(q, k, v, mask, is_causal)
 
     def softmax(self, logits: Tensor, mask: Tensor | None) -> Tensor:

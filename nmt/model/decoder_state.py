@@ -7,8 +7,10 @@ and reordering beams gathers only those pointers, as the attention step reads th
 CTranslate2 instead copy every layer's cache each step, which was 30% of our CPU decoding (docs/performance.md).
 
 When sentences finish, their blocks stay until the live ones fill at most :data:`COMPACT_BELOW` of the stores; then
-(and when a selection changes the beam width or leaves the per-sentence structure) one gather builds compact stores
-that resolve the back-pointers, with the same result.
+one gather keeps only the live blocks, each with its slots and back-pointers as they were (so a row's attention
+reads its history in the same order, and rounds the same, whichever other sentences share its batch). When a
+selection changes the beam width or leaves the per-sentence structure, one gather builds compact stores that
+resolve the back-pointers, with the same result.
 """
 
 from __future__ import annotations
@@ -126,15 +128,30 @@ class DecoderState:
             return self._gather(index, sentences, grouping)
         kept = grouping[0]
         blocks = kept if self.place.blocks is None else self.place.blocks[kept]
-        if blocks.numel() <= COMPACT_BELOW * self.place.n_blocks:
-            return self._gather(index, sentences, grouping)
         slots = self.slots
         if group > 1:  # each row takes its source row's back-pointers; rows stay in their sentence's block
             local = torch.arange(group, device=index.device).repeat(self.place.n_blocks, 1)  # (n_blocks, g)
             local[blocks] = (index % group).view(-1, group)
             slots = slots.gather(1, local[:, :, None].expand_as(slots))
+        if blocks.numel() <= COMPACT_BELOW * self.place.n_blocks:
+            return self._compact(blocks, slots)
         place = Placement(group, self.place.n_blocks, None if blocks.numel() == self.place.n_blocks else blocks)
         return dataclasses.replace(self, slots=slots, place=place)
+
+    def _compact(self, blocks: Tensor, slots: Tensor) -> DecoderState:
+        """Stores of only the live sentences' ``blocks``, each block as it was: its slots and back-pointers
+        (``slots``, already reordered for the selection) unchanged, so every row reads its history in the same
+        order, and its attention sums round the same, whether or not other sentences of the batch ended."""
+        L, two, n_blocks = self.self_kv.shape[:3]
+        needed = L * two * blocks.numel() * self.self_kv[0, 0, 0].numel()
+        spare = next((i for i, b in enumerate(self.spare) if b.numel() >= needed), None)
+        buffer = self.spare.pop(spare) if spare is not None else self.self_kv.new_empty(needed)
+        flat = buffer[:needed].view(L * two, blocks.numel(), -1)
+        torch.index_select(self.self_kv.view(L * two, n_blocks, -1), 1, blocks, out=flat)
+        self.spare.append(self.self_kv.view(-1))  # this state is consumed: its buffer serves the next gather
+        src_mask = None if self.src_mask is None else self.src_mask[blocks]
+        return DecoderState(_rows(self.memory_kv, blocks), src_mask, flat.view(L, two, -1, *self.self_kv.shape[3:]),
+                            slots[blocks], self.length, Placement(self.group, blocks.numel()), self.spare)
 
     def _block_of(self, sentences: Tensor) -> Tensor:
         return sentences if self.place.blocks is None else self.place.blocks[sentences]

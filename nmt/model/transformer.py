@@ -20,7 +20,7 @@ from nmt.config import ModelConfig
 from nmt.model.decoder_state import CACHE_GROW, DecoderState
 from nmt.model.incremental import decoder_layer_step
 from nmt.model.spec import ModelSpec
-from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm
+from nmt.modules.attention import ATTENTIONS, MultiHeadAttention, QKNorm, pad_keys, pads_keys
 from nmt.modules.embeddings import TiedEmbedding
 from nmt.modules.feedforward import FeedForward
 from nmt.modules.layers import DecoderLayer, EncoderLayer, Residual
@@ -151,6 +151,8 @@ class Transformer(nn.Module):
         memory_kv = torch.stack(
             [torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder.blocks]
         )  # L x 2 x (N, H, S, D/H) -> (L, 2, N, H, S, D/H)
+        if pads_keys(memory):  # a sentence's cross-attention sums round the same in any batch (pad_keys)
+            src_mask, (memory_kv,) = pad_keys(src_mask, src.size(0), memory_kv)
         return DecoderState.empty(memory_kv, src_mask, min(CACHE_GROW, self.embed.positions.size(0)))
 
     @torch.no_grad()

@@ -126,6 +126,38 @@ ATTENTIONS: dict[str, type[Scoring]] = {
 }
 
 
+# CPU decoding in bf16/fp16 pads attention keys to a multiple of this many positions (masked): the CPU kernels' sums
+# over keys then round the same however long the batch's longest source is (measured on AMD Zen 4: fp32 and bf16)
+KEY_BLOCK = 16
+
+
+def pads_keys(x: Tensor) -> bool:
+    """Whether attention over ``x``'s keys is padded (:func:`pad_keys`) when decoding: on CPU under bf16/fp16
+    autocast, where a batch's padding changed 1 translation in 8 (351 of 400 test sentences the same in length-sorted
+    batches of 64 and in shuffled ones of 32; 399 padded; ``bench/batch-invariance-2026-12-08/``). fp32 is not
+    padded: there the difference is in the scores' last bits (no translation changed), and the padding cost 3-6%
+    of fp32 decoding's speed."""
+    return x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+
+
+def pad_keys(mask: Tensor | None, batch: int, *keys: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Key-side tensors (keys, values: positions on dimension -2) zero-padded to a multiple of :data:`KEY_BLOCK`
+    positions, and the boolean key mask (``batch``, 1, 1, S) that hides the padding (built when ``mask`` is None).
+
+    A sentence's attention then does not depend on its batch: CPU attention sums the keys' terms in vector lanes and
+    a scalar tail, and a tail whose length is the batch's longest source rounds differently from one batch to the
+    next (1e-7 in fp32, 1e-2 in bf16: enough to change a bf16 translation), while whole blocks of masked zeros add
+    exact zeros to the same lanes."""
+    positions = keys[0].size(-2)
+    extra = -positions % KEY_BLOCK
+    if mask is None:
+        mask = torch.ones(batch, 1, 1, positions, dtype=torch.bool, device=keys[0].device)
+    if extra:
+        mask = F.pad(mask, (0, extra), value=False)
+        keys = tuple(F.pad(k, (0, 0, 0, extra)) for k in keys)
+    return mask, keys
+
+
 def heads(x: Tensor) -> tuple[Tensor, ...]:
     """A projection's ``P`` parts, (B, T, P, H, D/H) -> P views (B, H, T, D/H)."""
     return x.permute(2, 0, 3, 1, 4).unbind(0)
