@@ -439,8 +439,9 @@ def serving_row(name: str) -> tuple[str, list[dict[str, Any]]]:
     and the rounds."""
     rounds = json.loads((BENCH / f"{name}.json").read_text(encoding="utf-8"))["rounds"]
     cli = serve_summary([r["cli"]["sentences_per_s"] for r in rounds])
-    levels = [serve_summary([r["service"]["levels"][i]["sentences_per_s"] for r in rounds]) for i in range(3)]
-    ratio = serve_summary([r["service"]["levels"][2]["sentences_per_s"] / r["cli"]["sentences_per_s"]
+    count = len(rounds[0]["service"]["levels"])  # the client levels, the largest last
+    levels = [serve_summary([r["service"]["levels"][i]["sentences_per_s"] for r in rounds]) for i in range(count)]
+    ratio = serve_summary([r["service"]["levels"][-1]["sentences_per_s"] / r["cli"]["sentences_per_s"]
                            for r in rounds], 2)
     return f"(`bench/{name}.md`) | {cli} | {' | '.join(levels)} | {ratio.replace(' (', 'x (')} |", rounds
 
@@ -459,6 +460,68 @@ def test_the_amd_zen4_serving_rows_are_their_report(precision: str) -> None:
     equal = [level["equal_to_cli"] for r in rounds for level in r["service"]["levels"]]
     span = f"{min(equal):,}" if min(equal) == max(equal) else f"{min(equal):,}-{max(equal):,}"
     assert_quoted("docs/usage.md", "{}", f"{precision} answers equal to the command line's: {span} of 1,112")
+
+
+def equal_answers(rounds: list[dict[str, Any]]) -> str:
+    """``979-1,026 of 1,112``: the fewest and most service answers equal to the command line's, over every level."""
+    equal = [level["equal_to_cli"] for r in rounds for level in r["service"]["levels"]]
+    span = f"{min(equal):,}" if min(equal) == max(equal) else f"{min(equal):,}-{max(equal):,}"
+    return f"{span} of 1,112"
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_the_amd_zen4_second_pass_serving_rows_are_their_report(precision: str) -> None:
+    """The 2026-12-08 rows (8 and 64 clients) with their count of answers equal to the command line's."""
+    row, rounds = serving_row(f"serve-2026-12-08-amd-zen4-{precision}")
+    assert_quoted("docs/usage.md", "{}", f"{precision} {row} {equal_answers(rounds)} |")
+
+
+def test_the_batch_invariance_ab_is_its_reports() -> None:
+    """The before/after service pairs that docs/usage.md and the folder's README quote."""
+    folder = BENCH / "batch-invariance-2026-12-08" / "serve-ab"
+
+    def level(name: str) -> tuple[float, float, int]:
+        (only,) = json.loads((folder / f"serve-ab-{name}.json").read_text(encoding="utf-8"))["rounds"]
+        return only["service"]["levels"][-1]["sentences_per_s"], only["cli"]["sentences_per_s"], \
+            only["service"]["levels"][-1]["equal_to_cli"]
+
+    before, after = [level(f"before-{i}") for i in (1, 2)], [level(f"main-{i}") for i in (1, 2)]
+    assert_quoted("docs/usage.md", "{}", f"{before[0][0]:.1f} / {before[1][0]:.1f} sentences/s before and "
+                                         f"{after[0][0]:.1f} / {after[1][0]:.1f} after")
+    readme = "bench/batch-invariance-2026-12-08/README.md"
+    assert_quoted(readme, "{}", f"1,112 before, {after[0][2]:,} and {after[1][2]:,} after")
+    assert_quoted(readme, "{}", f"{before[0][2]:,} and {before[1][2]:,} of")
+    assert_quoted(readme, "{}", f"(command line {before[0][1]:.1f} / {before[1][1]:.1f} and {after[0][1]:.1f} / "
+                                f"{after[1][1]:.1f})")
+
+
+def test_the_decode_route_figures_are_its_runs() -> None:
+    """fp32 decoding's own route: the six MKL/route pairs and the CTranslate2 ratios that README.md and
+    docs/performance.md quote, from runs.json and one-thread.out."""
+    folder = BENCH / "decode-route-2026-12-08"
+    runs = json.loads((folder / "runs.json").read_text(encoding="utf-8"))["runs"]
+
+    def rate(name: str) -> float:
+        return float(runs[name]["pieces_per_s"])
+
+    layouts = [(layout, r) for layout in ("all", "per") for r in (1, 2)]
+    lines = [line.split() for line in (folder / "one-thread.out").read_text(encoding="utf-8").splitlines()]
+    after = lines[next(i for i, words in enumerate(lines) if words[:2] == ["#", "after"]) + 1:]
+    one: dict[str, list[float]] = {"auto:": [], "mkl:": []}
+    for words in after:  # auto: ours fp32 27.29s 22608 pieces 828/s
+        one[words[0]].append(float(words[6].removesuffix("/s")))
+    pairs = [rate(f"ours-auto-{lay}-{r}") / rate(f"ours-mkl-{lay}-{r}") for lay, r in layouts]
+    pairs += [a / m for a, m in zip(one["auto:"], one["mkl:"], strict=True)]
+    span = f"{min(pairs):.2f}-{max(pairs):.2f}"
+    assert_quoted("docs/performance.md", "{}", f"{span}x, median {statistics.median(pairs):.2f}x ({len(pairs)} pairs)")
+    assert_quoted("README.md", "{}", f"{span}× the MKL route (median {statistics.median(pairs):.2f}×, 6 pairs)")
+    for layout, words in (("all", "with one batch on both threads"), ("per", "per thread")):
+        ratios = [rate(f"ours-auto-{layout}-{r}") / rate(f"ct2-{layout}-{r}") for r in (1, 2)]
+        span = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        assert_quoted("README.md", "{}", f"**{span}×** CTranslate2's float32 {words}" if layout == "all"
+                      else f"**{span}×** {words}")
+        assert_quoted("docs/performance.md", "{}", f"{span}x of it with one batch" if layout == "all"
+                      else f"batch and {span}x per thread")
 
 
 def test_the_amd_avx2_serving_comparison_recomputes() -> None:
