@@ -43,6 +43,16 @@ def test_beam_like_selections(variant: str) -> None:
     _check(variant, {1: beams, 2: within, 5: within[:9], 17: drop, 18: [2, 2, 0, 5, 4, 3], 30: irregular})
 
 
+@pytest.mark.parametrize("variant", ["qknorm", "prenorm_fixnorm_scalenorm"])
+def test_steps_after_compaction_equal_the_full_pass(variant: str) -> None:
+    """Compaction (at most half the sentences live) keeps each live block's slots and back-pointers: the steps after
+    it, across a cache growth and further reorders, still equal the teacher-forced pass."""
+    beams = [i // 3 for i in range(12)]
+    within = [1, 0, 0, 3, 5, 4, 8, 8, 6, 11, 9, 10]
+    one_left = [7, 6, 8]  # of 12 rows, only the third sentence's, reordered: 1 of 4 blocks live, compacted
+    _check(variant, {1: beams, 2: within, 6: within, 10: one_left, 12: [2, 0, 1], 20: [1, 1, 0]}, steps=24)
+
+
 def test_selections_across_cache_growth() -> None:
     perm = [3, 2, 1, 0]
     _check("qknorm", {t: perm for t in range(0, 40, 3)} | {16: [0, 0, 1, 1, 2, 2, 3, 3]})
