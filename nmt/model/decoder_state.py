@@ -143,15 +143,19 @@ class DecoderState:
         (``slots``, already reordered for the selection) unchanged, so every row reads its history in the same
         order, and its attention sums round the same, whether or not other sentences of the batch ended."""
         L, two, n_blocks = self.self_kv.shape[:3]
-        needed = L * two * blocks.numel() * self.self_kv[0, 0, 0].numel()
-        spare = next((i for i, b in enumerate(self.spare) if b.numel() >= needed), None)
-        buffer = self.spare.pop(spare) if spare is not None else self.self_kv.new_empty(needed)
-        flat = buffer[:needed].view(L * two, blocks.numel(), -1)
+        flat = self._buffer(L * two * blocks.numel() * self.self_kv[0, 0, 0].numel()).view(L * two, blocks.numel(), -1)
         torch.index_select(self.self_kv.view(L * two, n_blocks, -1), 1, blocks, out=flat)
         self.spare.append(self.self_kv.view(-1))  # this state is consumed: its buffer serves the next gather
         src_mask = None if self.src_mask is None else self.src_mask[blocks]
         return DecoderState(_rows(self.memory_kv, blocks), src_mask, flat.view(L, two, -1, *self.self_kv.shape[3:]),
                             slots[blocks], self.length, Placement(self.group, blocks.numel()), self.spare)
+
+    def _buffer(self, needed: int) -> Tensor:
+        """``needed`` elements of a recycled spare buffer (a new one if none is large enough): on CPU, writing fresh
+        memory costs more in page faults than the gather into it."""
+        spare = next((i for i, b in enumerate(self.spare) if b.numel() >= needed), None)
+        buffer = self.spare.pop(spare) if spare is not None else self.self_kv.new_empty(needed)
+        return buffer[:needed]
 
     def _block_of(self, sentences: Tensor) -> Tensor:
         return sentences if self.place.blocks is None else self.place.blocks[sentences]
@@ -167,11 +171,7 @@ class DecoderState:
         heads = torch.arange(H, device=index.device)[None, :, None]
         source = ((blocks[:, None, None] * H + heads) * old_group + history[:, None, :]) * capacity + positions
         source = source.view(-1, group, H, capacity).transpose(1, 2).reshape(-1)  # (N', H, cap) -> (M', H, g, cap)
-        needed = source.numel() * L * 2 * d_head
-        spare = next((i for i, b in enumerate(self.spare) if b.numel() >= needed), None)
-        buffer = self.spare.pop(spare) if spare is not None else self.self_kv.new_empty(needed)
-        # gather into a recycled buffer: on CPU, writing fresh memory costs more in page faults than the copy itself
-        flat = buffer[:needed].view(L * 2, -1, d_head)
+        flat = self._buffer(source.numel() * L * 2 * d_head).view(L * 2, -1, d_head)
         torch.index_select(self.self_kv.view(L * 2, -1, d_head), 1, source, out=flat)
         self.spare.append(self.self_kv.view(-1))  # this state is consumed: its buffer serves the next gather
         memory_kv, src_mask = self.memory_kv, self.src_mask
